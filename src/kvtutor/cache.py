@@ -1,0 +1,190 @@
+"""KV caches for the NumPy model: one interface, two layouts.
+
+``PreallocatedKVCache`` is what real engines do: one buffer per layer of shape [H, M, K] for keys
+and one for values, written in place at the current position, with an explicit length counter.
+``ConcatKVCache`` is the pseudo-code version: each step concatenates the new row onto the old
+arrays, so every step copies the whole history.
+
+Both follow the same two-phase protocol. ``update(layer, k_new_HTK, v_new_HTK)`` stores T new rows
+for one layer at positions ``len(cache) .. len(cache) + T - 1`` and returns every key and value
+that the new queries may attend to, [H, S, K] with S = len(cache) + T. Once every layer has been
+updated, ``advance(T)`` moves the length forward. Until then ``len(cache)`` and ``keys(layer)``
+still describe the committed state, so a forward pass that fails half way changes nothing visible.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["KVCache", "PreallocatedKVCache", "ConcatKVCache"]
+
+
+@runtime_checkable
+class KVCache(Protocol):
+    n_layers: int
+    n_kv_heads: int
+    d_head: int
+
+    def __len__(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    def keys(self, layer: int) -> np.ndarray: ...
+    def values(self, layer: int) -> np.ndarray: ...
+    def update(
+        self, layer: int, k_new_HTK: np.ndarray, v_new_HTK: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+    def advance(self, n_tokens: int) -> None: ...
+    def truncate(self, length: int) -> None: ...
+    @property
+    def nbytes(self) -> int: ...
+
+
+class _CacheBase:
+    """Argument checks shared by both layouts."""
+
+    n_layers: int
+    n_kv_heads: int
+    d_head: int
+    _length: int
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def capacity(self) -> int:
+        raise NotImplementedError
+
+    def _check_layer(self, layer: int) -> None:
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise TypeError(f"layer: expected an int, got {type(layer).__name__}")
+        if not 0 <= layer < self.n_layers:
+            raise ValueError(f"layer: expected 0 <= layer < {self.n_layers}, got {layer}")
+
+    def _check_new(self, layer: int, k_new_HTK: np.ndarray, v_new_HTK: np.ndarray) -> int:
+        self._check_layer(layer)
+        for name, arr in (("k_new_HTK", k_new_HTK), ("v_new_HTK", v_new_HTK)):
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"{name}: expected a numpy array, got {type(arr).__name__}")
+            if arr.ndim != 3 or arr.shape[0] != self.n_kv_heads or arr.shape[2] != self.d_head:
+                raise ValueError(
+                    f"{name}: expected shape [H={self.n_kv_heads}, T, K={self.d_head}], got {list(arr.shape)}"
+                )
+        if k_new_HTK.shape != v_new_HTK.shape:
+            raise ValueError(
+                f"v_new_HTK: expected the shape of k_new_HTK {list(k_new_HTK.shape)}, "
+                f"got {list(v_new_HTK.shape)}"
+            )
+        n_new = k_new_HTK.shape[1]
+        if self._length + n_new > self.capacity:
+            raise ValueError(
+                f"k_new_HTK: {n_new} new tokens do not fit: cache holds {self._length} "
+                f"of capacity {self.capacity}"
+            )
+        return n_new
+
+    def _check_count(self, name: str, value: int, low: int, high: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if not low <= value <= high:
+            raise ValueError(f"{name}: expected {low} <= {name} <= {high}, got {value}")
+
+
+class PreallocatedKVCache(_CacheBase):
+    """Per layer, keys and values in buffers of shape [H, M, K], filled up to ``len(self)``."""
+
+    def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
+        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
+        self.k_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
+        self.v_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
+        self._length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.k_LHMK.shape[2]
+
+    def keys(self, layer: int) -> np.ndarray:
+        """[H, len, K], a read-only view of the filled part of this layer's key buffer."""
+        self._check_layer(layer)
+        view = self.k_LHMK[layer, :, : self._length]
+        view.flags.writeable = False
+        return view
+
+    def values(self, layer: int) -> np.ndarray:
+        """[H, len, K], a read-only view of the filled part of this layer's value buffer."""
+        self._check_layer(layer)
+        view = self.v_LHMK[layer, :, : self._length]
+        view.flags.writeable = False
+        return view
+
+    def update(self, layer, k_new_HTK, v_new_HTK):
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write at len .. len+T-1, in place."""
+        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
+        end = self._length + n_new
+        self.k_LHMK[layer, :, self._length : end] = k_new_HTK
+        self.v_LHMK[layer, :, self._length : end] = v_new_HTK
+        return self.k_LHMK[layer, :, :end], self.v_LHMK[layer, :, :end]
+
+    def advance(self, n_tokens: int) -> None:
+        self._check_count("n_tokens", n_tokens, 0, self.capacity - self._length)
+        self._length += int(n_tokens)
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (rolls back rejected draft tokens)."""
+        self._check_count("length", length, 0, self._length)
+        self._length = int(length)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, the whole capacity: preallocation reserves it up front."""
+        return self.k_LHMK.nbytes + self.v_LHMK.nbytes
+
+
+class ConcatKVCache(_CacheBase):
+    """Per layer, keys and values as arrays [H, len, K] that grow by concatenation."""
+
+    def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
+        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
+        self._capacity = capacity
+        empty = np.zeros((n_kv_heads, 0, d_head), dtype=dtype)
+        self._k = [empty] * n_layers
+        self._v = [empty] * n_layers
+        self._length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def keys(self, layer: int) -> np.ndarray:
+        self._check_layer(layer)
+        return self._k[layer][:, : self._length]
+
+    def values(self, layer: int) -> np.ndarray:
+        self._check_layer(layer)
+        return self._v[layer][:, : self._length]
+
+    def update(self, layer, k_new_HTK, v_new_HTK):
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: a new array = old ++ new (a full copy)."""
+        self._check_new(layer, k_new_HTK, v_new_HTK)
+        k = self._k[layer][:, : self._length]
+        v = self._v[layer][:, : self._length]
+        self._k[layer] = np.concatenate([k, k_new_HTK.astype(k.dtype)], axis=1)
+        self._v[layer] = np.concatenate([v, v_new_HTK.astype(v.dtype)], axis=1)
+        return self._k[layer], self._v[layer]
+
+    def advance(self, n_tokens: int) -> None:
+        grown = min(k.shape[1] for k in self._k) - self._length
+        self._check_count("n_tokens", n_tokens, 0, grown)
+        self._length += int(n_tokens)
+
+    def truncate(self, length: int) -> None:
+        self._check_count("length", length, 0, self._length)
+        self._length = int(length)
+        self._k = [k[:, :length] for k in self._k]
+        self._v = [v[:, :length] for v in self._v]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: only what has been written so far."""
+        return sum(k[:, : self._length].nbytes for k in self._k) * 2

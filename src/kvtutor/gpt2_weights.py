@@ -1,0 +1,216 @@
+"""GPT-2 weights: the container, random initialisation, and loading Hugging Face state dicts.
+
+Hugging Face's GPT-2 stores Q, K and V side by side in one ``attn.c_attn.weight`` of shape
+[D, 3D] (a Conv1D, applied as ``x @ W``). We keep W_Q, W_K and W_V apart, as the walkthrough
+names them, and split / join at the boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from .config import ModelConfig
+
+
+@dataclass
+class LayerWeights:
+    """One block. Shapes: ln [D]; w_q [D, H*K], w_k and w_v [D, Hkv*K]; w_o [D, D];
+    w_fc [D, F]; w_proj [F, D]; each bias the width of its output."""
+
+    ln1_g: np.ndarray
+    ln1_b: np.ndarray
+    w_q: np.ndarray
+    b_q: np.ndarray
+    w_k: np.ndarray
+    b_k: np.ndarray
+    w_v: np.ndarray
+    b_v: np.ndarray
+    w_o: np.ndarray
+    b_o: np.ndarray
+    ln2_g: np.ndarray
+    ln2_b: np.ndarray
+    w_fc: np.ndarray
+    b_fc: np.ndarray
+    w_proj: np.ndarray
+    b_proj: np.ndarray
+
+
+@dataclass
+class GPT2Weights:
+    """All weights: embeddings wte [V, D] (also the LM head) and wpe [M, D], the blocks, ln_f."""
+
+    wte_VD: np.ndarray
+    wpe_MD: np.ndarray
+    layers: list[LayerWeights]
+    lnf_g: np.ndarray
+    lnf_b: np.ndarray
+
+    def arrays(self) -> Iterator[np.ndarray]:
+        yield from (self.wte_VD, self.wpe_MD, self.lnf_g, self.lnf_b)
+        for layer in self.layers:
+            yield from (getattr(layer, f.name) for f in fields(layer))
+
+    def to_state_dict(self) -> dict[str, np.ndarray]:
+        """Hugging Face ``GPT2LMHeadModel`` naming (``transformer.`` prefix, c_attn fused)."""
+        sd = {"transformer.wte.weight": self.wte_VD, "transformer.wpe.weight": self.wpe_MD}
+        for i, ly in enumerate(self.layers):
+            p = f"transformer.h.{i}."
+            sd |= {
+                p + "ln_1.weight": ly.ln1_g, p + "ln_1.bias": ly.ln1_b,
+                p + "attn.c_attn.weight": np.concatenate([ly.w_q, ly.w_k, ly.w_v], axis=1),
+                p + "attn.c_attn.bias": np.concatenate([ly.b_q, ly.b_k, ly.b_v]),
+                p + "attn.c_proj.weight": ly.w_o, p + "attn.c_proj.bias": ly.b_o,
+                p + "ln_2.weight": ly.ln2_g, p + "ln_2.bias": ly.ln2_b,
+                p + "mlp.c_fc.weight": ly.w_fc, p + "mlp.c_fc.bias": ly.b_fc,
+                p + "mlp.c_proj.weight": ly.w_proj, p + "mlp.c_proj.bias": ly.b_proj,
+            }  # fmt: skip
+        sd |= {"transformer.ln_f.weight": self.lnf_g, "transformer.ln_f.bias": self.lnf_b}
+        sd["lm_head.weight"] = self.wte_VD
+        return sd
+
+
+def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, f, kv = cfg.d_model, cfg.d_ff, cfg.n_kv_heads * cfg.d_head
+    return {
+        "ln_1.weight": (d,), "ln_1.bias": (d,),
+        "attn.c_attn.weight": (d, d + 2 * kv), "attn.c_attn.bias": (d + 2 * kv,),
+        "attn.c_proj.weight": (d, d), "attn.c_proj.bias": (d,),
+        "ln_2.weight": (d,), "ln_2.bias": (d,),
+        "mlp.c_fc.weight": (d, f), "mlp.c_fc.bias": (f,),
+        "mlp.c_proj.weight": (f, d), "mlp.c_proj.bias": (d,),
+    }  # fmt: skip
+
+
+def _split_layer(get, p: str, cfg: ModelConfig) -> LayerWeights:
+    d, kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
+    w, b = get(p + "attn.c_attn.weight"), get(p + "attn.c_attn.bias")
+    cuts = [d, d + kv]
+    w_q, w_k, w_v = np.split(w, cuts, axis=1)
+    b_q, b_k, b_v = np.split(b, cuts)
+    return LayerWeights(
+        get(p + "ln_1.weight"), get(p + "ln_1.bias"), w_q, b_q, w_k, b_k, w_v, b_v,
+        get(p + "attn.c_proj.weight"), get(p + "attn.c_proj.bias"),
+        get(p + "ln_2.weight"), get(p + "ln_2.bias"),
+        get(p + "mlp.c_fc.weight"), get(p + "mlp.c_fc.bias"),
+        get(p + "mlp.c_proj.weight"), get(p + "mlp.c_proj.bias"),
+    )  # fmt: skip
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0, dtype=np.float32) -> GPT2Weights:
+    """Normal(0, 0.02) matrices, LayerNorm gains near 1, small biases: a GPT-2-like draw."""
+    rng = np.random.default_rng(seed)
+
+    def draw(shape: tuple[int, ...], name: str) -> np.ndarray:
+        if name.startswith("ln"):
+            base = 1.0 if name.endswith("weight") else 0.0
+            return (base + 0.1 * rng.standard_normal(shape)).astype(dtype)
+        scale = 0.02 if name.endswith("weight") else 0.01
+        return (scale * rng.standard_normal(shape)).astype(dtype)
+
+    sd = {
+        "wte.weight": draw((cfg.vocab_size, cfg.d_model), "wte.weight"),
+        "wpe.weight": draw((cfg.max_seq_len, cfg.d_model), "wpe.weight"),
+        "ln_f.weight": draw((cfg.d_model,), "ln_f.weight"),
+        "ln_f.bias": draw((cfg.d_model,), "ln_f.bias"),
+    }
+    for i in range(cfg.n_layers):
+        for key, shape in _layer_shapes(cfg).items():
+            sd[f"h.{i}.{key}"] = draw(shape, key)
+    return _build(sd, cfg)
+
+
+def _build(sd: Mapping[str, np.ndarray], cfg: ModelConfig) -> GPT2Weights:
+    layers = [_split_layer(sd.__getitem__, f"h.{i}.", cfg) for i in range(cfg.n_layers)]
+    return GPT2Weights(sd["wte.weight"], sd["wpe.weight"], layers, sd["ln_f.weight"], sd["ln_f.bias"])
+
+
+_IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buffers, not weights
+_LAYER_KEY = re.compile(r"^h\.(\d+)\.")
+
+
+def _to_numpy(value: Any, key: str, dtype) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor; .float() also handles bf16
+        value = value.detach().cpu().float().numpy()
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"state_dict[{key!r}]: expected a numpy array or torch tensor, got {type(value).__name__}"
+        )
+    return value.astype(dtype)
+
+
+def weights_from_state_dict(
+    state_dict: Mapping[str, Any], n_heads: int, n_kv_heads: int | None = None, dtype=np.float32
+) -> tuple[ModelConfig, GPT2Weights]:
+    """Check and convert a Hugging Face GPT-2 state dict; errors name the offending key."""
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict: expected a mapping of names to arrays, got {type(state_dict).__name__}")
+    sd: dict[str, Any] = {}
+    lm_head = None
+    for key, value in state_dict.items():
+        if key == "lm_head.weight":
+            lm_head = value
+            continue
+        short = key.removeprefix("transformer.")
+        if _IGNORED.match(short):
+            continue
+        sd[short] = value
+    for key in ("wte.weight", "wpe.weight"):
+        if key not in sd:
+            raise ValueError(f"state_dict: missing key {key!r}")
+    wte, wpe = sd["wte.weight"], sd["wpe.weight"]
+    if len(wte.shape) != 2 or len(wpe.shape) != 2 or wte.shape[1] != wpe.shape[1]:
+        raise ValueError(
+            f"state_dict['wpe.weight']: expected [M, D] with D = wte's {list(wte.shape)[1:]}, "
+            f"got {list(wpe.shape)}"
+        )
+    layer_ids = {int(m.group(1)) for k in sd if (m := _LAYER_KEY.match(k))}
+    n_layers = max(layer_ids) + 1 if layer_ids else 0
+    fc_key = "h.0.mlp.c_fc.weight"
+    if n_layers == 0 or fc_key not in sd:
+        raise ValueError(f"state_dict: missing key {fc_key!r}")
+    d_model = int(wte.shape[1])
+    d_head = d_model // n_heads if n_heads and d_model % n_heads == 0 else 0
+    attn = sd.get("h.0.attn.c_attn.weight")
+    if n_kv_heads is None and attn is not None and d_head:
+        n_kv_heads = (int(attn.shape[1]) - d_model) // (2 * d_head)
+    config = ModelConfig(
+        vocab_size=int(wte.shape[0]),
+        d_model=d_model,
+        n_heads=n_heads,
+        n_layers=n_layers,
+        max_seq_len=int(wpe.shape[0]),
+        d_ff=int(sd[fc_key].shape[1]),
+        n_kv_heads=n_kv_heads or 0,
+    )
+    expected = {
+        "wte.weight": (config.vocab_size, d_model),
+        "wpe.weight": (config.max_seq_len, d_model),
+        "ln_f.weight": (d_model,),
+        "ln_f.bias": (d_model,),
+    }
+    for i in range(n_layers):
+        expected |= {f"h.{i}.{k}": s for k, s in _layer_shapes(config).items()}
+    missing = sorted(set(expected) - set(sd))
+    if missing:
+        raise ValueError(f"state_dict: missing key {missing[0]!r} ({len(missing)} missing in all)")
+    unexpected = sorted(set(sd) - set(expected))
+    if unexpected:
+        raise ValueError(f"state_dict: unexpected key {unexpected[0]!r}")
+    arrays = {}
+    for key, shape in expected.items():
+        if tuple(sd[key].shape) != shape:
+            raise ValueError(f"state_dict[{key!r}]: expected shape {list(shape)}, got {list(sd[key].shape)}")
+        arrays[key] = _to_numpy(sd[key], key, dtype)
+    if lm_head is not None:
+        head = _to_numpy(lm_head, "lm_head.weight", dtype)
+        if head.shape != arrays["wte.weight"].shape or not np.allclose(head, arrays["wte.weight"]):
+            raise ValueError(
+                "state_dict['lm_head.weight']: expected the tied token embedding wte.weight "
+                "(GPT-2 ties them), got a different matrix"
+            )
+    return config, _build(arrays, config)

@@ -1,0 +1,370 @@
+"""The NumPy reference model: GPT-2, one small function per step of the walkthrough.
+
+Every function carries its shapes in the first line of its docstring; the dimension key is in
+``kvtutor.__doc__``. ``NumpyModel`` strings the steps together into ``prefill`` (all prompt
+tokens at once) and ``decode_step`` (one token against the cache).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
+from .config import ModelConfig
+from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
+from .validate import check_max_new_tokens, check_token_id, check_token_ids
+
+__all__ = [
+    "embed",
+    "layer_norm",
+    "linear",
+    "project_qkv",
+    "split_heads",
+    "repeat_kv",
+    "attention_scores",
+    "causal_mask",
+    "apply_mask",
+    "softmax",
+    "attention_weights",
+    "attend",
+    "merge_heads",
+    "gelu",
+    "ffn",
+    "attention",
+    "block",
+    "lm_head",
+    "sample",
+    "NumpyModel",
+]
+
+
+# ---------------------------------------------------------------- the steps, in walkthrough order
+
+
+def embed(ids_T: np.ndarray, wte_VD: np.ndarray, wpe_MD: np.ndarray, start: int = 0) -> np.ndarray:
+    """[T], [V,D], [M,D] -> [T,D]: token embedding plus the embedding of positions start..start+T-1."""
+    ids_T = np.asarray(ids_T)
+    return wte_VD[ids_T] + wpe_MD[start : start + len(ids_T)]
+
+
+def layer_norm(x_TD: np.ndarray, g_D: np.ndarray, b_D: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """[T,D], [D], [D] -> [T,D]"""
+    mean_T1 = x_TD.mean(axis=-1, keepdims=True)
+    var_T1 = x_TD.var(axis=-1, keepdims=True)
+    return (x_TD - mean_T1) / np.sqrt(var_T1 + eps) * g_D + b_D
+
+
+def linear(x_TE: np.ndarray, w_EF: np.ndarray, b_F: np.ndarray) -> np.ndarray:
+    """[T,E], [E,F], [F] -> [T,F]: with T > 1 a GEMM, with T = 1 a GEMV."""
+    return x_TE @ w_EF + b_F
+
+
+def project_qkv(x_TD: np.ndarray, layer: LayerWeights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[T,D] -> q [T,H*K], k [T,Hkv*K], v [T,Hkv*K]: X @ W_Q, X @ W_K, X @ W_V (plus biases)."""
+    return (
+        linear(x_TD, layer.w_q, layer.b_q),
+        linear(x_TD, layer.w_k, layer.b_k),
+        linear(x_TD, layer.w_v, layer.b_v),
+    )
+
+
+def split_heads(x_TD: np.ndarray, n_heads: int) -> np.ndarray:
+    """[T, H*K] -> [H,T,K]"""
+    n_tokens, width = x_TD.shape
+    x_THK = x_TD.reshape(n_tokens, n_heads, width // n_heads)
+    return x_THK.transpose(1, 0, 2)  # (H, T, K)
+
+
+def repeat_kv(k_HSK: np.ndarray, group_size: int) -> np.ndarray:
+    """[Hkv,S,K] -> [Hkv*group_size,S,K]: each KV head serves group_size query heads (GQA/MQA)."""
+    return k_HSK if group_size == 1 else np.repeat(k_HSK, group_size, axis=0)
+
+
+def attention_scores(q_HTK: np.ndarray, k_HSK: np.ndarray) -> np.ndarray:
+    """[H,T,K], [H,S,K] -> [H,T,S]: the raw dot products q_t . k_s (not yet scaled)."""
+    return q_HTK @ k_HSK.transpose(0, 2, 1)
+
+
+def causal_mask(n_queries: int, n_keys: int) -> np.ndarray:
+    """T, S -> [T,S] bool: True where query t may see key s.
+
+    The T queries are the last T of the S positions, so query t sits at position S - T + t and
+    sees keys 0 .. S - T + t. Prefill (T = S) gives the lower triangle; decode (T = 1) a full row.
+    """
+    offset = n_keys - n_queries
+    return np.arange(n_keys)[None, :] <= np.arange(n_queries)[:, None] + offset
+
+
+def apply_mask(scores_HTS: np.ndarray, mask_TS: np.ndarray) -> np.ndarray:
+    """[H,T,S], [T,S] -> [H,T,S]: -inf wherever the mask forbids looking."""
+    return np.where(mask_TS, scores_HTS, -np.inf)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """[..., S] -> [..., S]: rows that sum to 1 (max subtracted for stability)."""
+    shifted = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def attention_weights(scores_HTS: np.ndarray, d_head: int, mask_TS: np.ndarray | None) -> np.ndarray:
+    """[H,T,S], K, [T,S] or None -> [H,T,S]: mask, divide by sqrt(K), softmax over keys."""
+    if mask_TS is not None:
+        scores_HTS = apply_mask(scores_HTS, mask_TS)
+    return softmax(scores_HTS / math.sqrt(d_head))
+
+
+def attend(a_HTS: np.ndarray, v_HSK: np.ndarray) -> np.ndarray:
+    """[H,T,S], [H,S,K] -> [H,T,K]: each output row is a weighted mix of value rows."""
+    return a_HTS @ v_HSK
+
+
+def merge_heads(o_HTK: np.ndarray) -> np.ndarray:
+    """[H,T,K] -> [T, H*K]"""
+    n_heads, n_tokens, d_head = o_HTK.shape
+    return o_HTK.transpose(1, 0, 2).reshape(n_tokens, n_heads * d_head)  # (T, H*K)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """[...] -> [...]: GELU, tanh approximation (GPT-2's 'gelu_new')."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def ffn(x_TD: np.ndarray, layer: LayerWeights) -> np.ndarray:
+    """[T,D] -> [T,D]: W_fc [D,F], GELU, W_proj [F,D]."""
+    return linear(gelu(linear(x_TD, layer.w_fc, layer.b_fc)), layer.w_proj, layer.b_proj)
+
+
+def attention(
+    x_TD: np.ndarray,
+    layer: LayerWeights,
+    config: ModelConfig,
+    cache: KVCache | None = None,
+    layer_index: int = 0,
+    trace: dict[str, np.ndarray] | None = None,
+) -> np.ndarray:
+    """[T,D] -> [T,D]: multi-head causal self-attention of T new tokens.
+
+    With a cache, the new K/V rows are stored at positions len(cache) .. len(cache)+T-1 and the
+    queries attend to all S = len(cache) + T keys. Without one, S = T (full recompute).
+    """
+    q_TD, k_TD, v_TD = project_qkv(x_TD, layer)
+    q_HTK = split_heads(q_TD, config.n_heads)
+    k_new_HTK = split_heads(k_TD, config.n_kv_heads)
+    v_new_HTK = split_heads(v_TD, config.n_kv_heads)
+    if cache is None:
+        k_HSK, v_HSK = k_new_HTK, v_new_HTK
+    else:
+        k_HSK, v_HSK = cache.update(layer_index, k_new_HTK, v_new_HTK)
+    n_new, n_keys = q_HTK.shape[1], k_HSK.shape[1]
+    scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, config.group_size))
+    mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None  # one query row needs no mask
+    a_HTS = attention_weights(scores_HTS, config.d_head, mask_TS)
+    o_HTK = attend(a_HTS, repeat_kv(v_HSK, config.group_size))
+    out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
+    if trace is not None:
+        trace.update(
+            q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy(), scores_HTS=scores_HTS,
+            a_HTS=a_HTS, o_HTK=o_HTK, attn_out_TD=out_TD,
+        )  # fmt: skip
+    return out_TD
+
+
+def block(
+    x_TD: np.ndarray,
+    layer: LayerWeights,
+    config: ModelConfig,
+    cache: KVCache | None = None,
+    layer_index: int = 0,
+    trace: dict[str, np.ndarray] | None = None,
+) -> np.ndarray:
+    """[T,D] -> [T,D]: x + attention(LN(x)), then x + FFN(LN(x)) (pre-LayerNorm, as GPT-2)."""
+    eps = config.layer_norm_eps
+    h_TD = layer_norm(x_TD, layer.ln1_g, layer.ln1_b, eps)
+    x_TD = x_TD + attention(h_TD, layer, config, cache, layer_index, trace)
+    x_TD = x_TD + ffn(layer_norm(x_TD, layer.ln2_g, layer.ln2_b, eps), layer)
+    if trace is not None:
+        trace["x_out_TD"] = x_TD
+    return x_TD
+
+
+def lm_head(x_TD: np.ndarray, wte_VD: np.ndarray) -> np.ndarray:
+    """[T,D], [V,D] -> [T,V]: logits, using the token embedding as the output matrix (tied)."""
+    return x_TD @ wte_VD.T
+
+
+def sample(
+    logits_V: np.ndarray,
+    temperature: float = 0.0,
+    rng: np.random.Generator | None = None,
+    top_k: int | None = None,
+) -> int:
+    """[V] -> token id: argmax when temperature is 0, else a draw from softmax(logits / temperature)."""
+    if temperature < 0:
+        raise ValueError(f"temperature: expected >= 0, got {temperature}")
+    if temperature == 0:
+        return int(np.argmax(logits_V))
+    logits_V = np.asarray(logits_V, dtype=np.float64) / temperature
+    if top_k is not None:
+        if not 1 <= top_k <= len(logits_V):
+            raise ValueError(f"top_k: expected 1 <= top_k <= {len(logits_V)}, got {top_k}")
+        kth = np.sort(logits_V)[-top_k]
+        logits_V = np.where(logits_V < kth, -np.inf, logits_V)
+    p_V = softmax(logits_V)
+    rng = np.random.default_rng() if rng is None else rng
+    return int(rng.choice(len(p_V), p=p_V))
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass
+class NumpyModel:
+    """GPT-2 in NumPy, float32 by default: the model the book walks through."""
+
+    config: ModelConfig
+    weights: GPT2Weights
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def random(cls, config: ModelConfig, seed: int = 0, dtype=np.float32) -> NumpyModel:
+        """Random weights drawn as GPT-2 initialises them (normal, std 0.02)."""
+        return cls(config, random_weights(config, seed, dtype))
+
+    @classmethod
+    def from_gpt2_state_dict(
+        cls,
+        state_dict: Mapping[str, Any],
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        dtype=np.float32,
+    ) -> NumpyModel:
+        """A Hugging Face GPT-2 ``state_dict`` (numpy arrays or torch tensors, with or without the
+        ``transformer.`` prefix) -> model; sizes are read off the shapes."""
+        config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads, dtype)
+        return cls(config, weights)
+
+    def to_gpt2_state_dict(self) -> dict[str, np.ndarray]:
+        """The weights in Hugging Face GPT-2 naming, ``transformer.`` prefix included."""
+        return self.weights.to_state_dict()
+
+    def new_cache(self, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
+        """An empty cache: ``"preallocated"`` ([H, M, K] buffers) or ``"concat"`` (grows)."""
+        cfg = self.config
+        capacity = cfg.max_seq_len if capacity is None else capacity
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise TypeError(f"capacity: expected an int, got {type(capacity).__name__}")
+        if not 1 <= capacity <= cfg.max_seq_len:
+            raise ValueError(f"capacity: expected 1 <= capacity <= {cfg.max_seq_len}, got {capacity}")
+        kinds = {"preallocated": PreallocatedKVCache, "concat": ConcatKVCache}
+        if kind not in kinds:
+            raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
+        dtype = self.weights.wte_VD.dtype
+        return kinds[kind](cfg.n_layers, cfg.n_kv_heads, int(capacity), cfg.d_head, dtype)
+
+    # ------------------------------------------------------------ forward passes
+    def _check_cache(self, cache: Any) -> None:
+        cfg = self.config
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache: expected a KV cache from new_cache(), got {type(cache).__name__}")
+        got = (cache.n_layers, cache.n_kv_heads, cache.d_head)
+        want = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head)
+        if got != want:
+            raise ValueError(
+                f"cache: expected (layers, kv heads, head dim) = {want} for this model, got {got}"
+            )
+
+    def forward(
+        self, ids_T: Any, cache: KVCache | None = None, trace: list[dict] | None = None
+    ) -> np.ndarray:
+        """[T] -> [T,V]: run T new tokens at positions len(cache) .. len(cache)+T-1.
+
+        Without a cache the tokens are the whole sequence (positions 0 .. T-1). ``trace``, if a
+        list, receives one dict of intermediate arrays per layer.
+        """
+        cfg = self.config
+        start = 0
+        if cache is not None:
+            self._check_cache(cache)
+            start = len(cache)
+        ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
+        room = cache.capacity if cache is not None else cfg.max_seq_len
+        if start + len(ids_T) > room:
+            raise ValueError(
+                f"ids_T: {len(ids_T)} tokens after {start} cached ones exceed the capacity {room}"
+            )
+        w = self.weights
+        x_TD = embed(ids_T, w.wte_VD, w.wpe_MD, start)
+        for i, layer in enumerate(w.layers):
+            layer_trace = {"x_in_TD": x_TD} if trace is not None else None
+            x_TD = block(x_TD, layer, cfg, cache, i, layer_trace)
+            if trace is not None:
+                trace.append(layer_trace)
+        x_TD = layer_norm(x_TD, w.lnf_g, w.lnf_b, cfg.layer_norm_eps)
+        if cache is not None:
+            cache.advance(len(ids_T))
+        return lm_head(x_TD, w.wte_VD)
+
+    def prefill(self, prompt_ids: Any, cache: KVCache, trace: list[dict] | None = None) -> np.ndarray:
+        """[T] -> [T,V]: the whole prompt in one pass; fills the cache with T keys and values."""
+        if cache is None:
+            raise TypeError("cache: expected a KV cache from new_cache(), got None")
+        return self.forward(prompt_ids, cache, trace)
+
+    def decode_step(self, token_id: Any, cache: KVCache, trace: list[dict] | None = None) -> np.ndarray:
+        """one token id -> [V]: its q/k/v only; k/v written at position len(cache)."""
+        if cache is None:
+            raise TypeError("cache: expected a KV cache from new_cache(), got None")
+        token_id = check_token_id(token_id, self.config.vocab_size, "token_id")
+        if len(cache) == 0:
+            raise ValueError("cache: expected a prefilled cache for decode_step, got an empty one")
+        return self.forward([token_id], cache, trace)[0]
+
+    def logits_without_cache(self, token_ids: Any) -> np.ndarray:
+        """[T] -> [T,V]: every position recomputed from scratch, no cache involved."""
+        return self.forward(token_ids, None)
+
+    def generate(
+        self,
+        prompt_ids: Any,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        cache: KVCache | None = None,
+        stop_token: int | None = None,
+    ) -> list[int]:
+        """prompt [T] -> the NEW token ids: one prefill, then one decode step per token.
+
+        Greedy unless ``temperature > 0``. Stops early after emitting ``stop_token``.
+        """
+        cfg = self.config
+        prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
+        if cache is None:
+            cache = self.new_cache()
+        else:
+            self._check_cache(cache)
+            if len(cache) != 0:
+                raise ValueError(f"cache: expected an empty cache, got one holding {len(cache)}")
+        check_max_new_tokens(max_new_tokens, len(prompt), cache.capacity)
+        if stop_token is not None:
+            check_token_id(stop_token, cfg.vocab_size, "stop_token")
+        rng = np.random.default_rng(seed)
+        new: list[int] = []
+        if max_new_tokens == 0:
+            return new
+        logits_V = self.prefill(prompt, cache)[-1]
+        while True:
+            token = sample(logits_V, temperature, rng)
+            new.append(token)
+            if len(new) == max_new_tokens or token == stop_token:
+                return new
+            logits_V = self.decode_step(token, cache)
+
+    @property
+    def n_params(self) -> int:
+        return sum(a.size for a in self.weights.arrays())
