@@ -84,6 +84,18 @@ class _CacheBase:
             )
         return n_new
 
+    def advance(self, n_tokens: int) -> None:
+        """Commit the rows that ``update`` wrote for every layer: the length grows by n_tokens."""
+        pending = min(self._pending)
+        if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)):
+            raise TypeError(f"n_tokens: expected an int, got {type(n_tokens).__name__}")
+        if n_tokens != pending or max(self._pending) != pending:
+            raise ValueError(
+                f"n_tokens: expected the {pending} rows written to every layer by update(), got {n_tokens}"
+            )
+        self._length += int(n_tokens)
+        self._pending = [0] * self.n_layers
+
     def _check_count(self, name: str, value: int, low: int, high: int) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
@@ -99,6 +111,7 @@ class PreallocatedKVCache(_CacheBase):
         self.k_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
         self.v_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
         self._length = 0
+        self._pending = [0] * n_layers
 
     @property
     def capacity(self) -> int:
@@ -121,19 +134,17 @@ class PreallocatedKVCache(_CacheBase):
     def update(self, layer, k_new_HTK, v_new_HTK):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write at len .. len+T-1, in place."""
         n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
+        self._pending[layer] = n_new
         end = self._length + n_new
         self.k_LHMK[layer, :, self._length : end] = k_new_HTK
         self.v_LHMK[layer, :, self._length : end] = v_new_HTK
         return self.k_LHMK[layer, :, :end], self.v_LHMK[layer, :, :end]
 
-    def advance(self, n_tokens: int) -> None:
-        self._check_count("n_tokens", n_tokens, 0, self.capacity - self._length)
-        self._length += int(n_tokens)
-
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (rolls back rejected draft tokens)."""
         self._check_count("length", length, 0, self._length)
         self._length = int(length)
+        self._pending = [0] * self.n_layers
 
     @property
     def nbytes(self) -> int:
@@ -151,6 +162,7 @@ class ConcatKVCache(_CacheBase):
         self._k = [empty] * n_layers
         self._v = [empty] * n_layers
         self._length = 0
+        self._pending = [0] * n_layers
 
     @property
     def capacity(self) -> int:
@@ -166,21 +178,17 @@ class ConcatKVCache(_CacheBase):
 
     def update(self, layer, k_new_HTK, v_new_HTK):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: a new array = old ++ new (a full copy)."""
-        self._check_new(layer, k_new_HTK, v_new_HTK)
+        self._pending[layer] = self._check_new(layer, k_new_HTK, v_new_HTK)
         k = self._k[layer][:, : self._length]
         v = self._v[layer][:, : self._length]
         self._k[layer] = np.concatenate([k, k_new_HTK.astype(k.dtype)], axis=1)
         self._v[layer] = np.concatenate([v, v_new_HTK.astype(v.dtype)], axis=1)
         return self._k[layer], self._v[layer]
 
-    def advance(self, n_tokens: int) -> None:
-        grown = min(k.shape[1] for k in self._k) - self._length
-        self._check_count("n_tokens", n_tokens, 0, grown)
-        self._length += int(n_tokens)
-
     def truncate(self, length: int) -> None:
         self._check_count("length", length, 0, self._length)
         self._length = int(length)
+        self._pending = [0] * self.n_layers
         self._k = [k[:, :length] for k in self._k]
         self._v = [v[:, :length] for v in self._v]
 

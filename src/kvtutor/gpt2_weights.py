@@ -153,12 +153,12 @@ def weights_from_state_dict(
     lm_head = None
     for key, value in state_dict.items():
         if key == "lm_head.weight":
-            lm_head = value
+            lm_head = _to_numpy(value, key, dtype)
             continue
         short = key.removeprefix("transformer.")
         if _IGNORED.match(short):
             continue
-        sd[short] = value
+        sd[short] = _to_numpy(value, short, dtype)
     for key in ("wte.weight", "wpe.weight"):
         if key not in sd:
             raise ValueError(f"state_dict: missing key {key!r}")
@@ -205,9 +205,9 @@ def weights_from_state_dict(
     for key, shape in expected.items():
         if tuple(sd[key].shape) != shape:
             raise ValueError(f"state_dict[{key!r}]: expected shape {list(shape)}, got {list(sd[key].shape)}")
-        arrays[key] = _to_numpy(sd[key], key, dtype)
+        arrays[key] = sd[key]
     if lm_head is not None:
-        head = _to_numpy(lm_head, "lm_head.weight", dtype)
+        head = lm_head
         if head.shape != arrays["wte.weight"].shape or not np.allclose(head, arrays["wte.weight"]):
             raise ValueError(
                 "state_dict['lm_head.weight']: expected the tied token embedding wte.weight "

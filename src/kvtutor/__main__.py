@@ -1,0 +1,29 @@
+"""Command line: ``python -m kvtutor bench ...`` and ``python -m kvtutor kv-memory ...``."""
+
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {
+    "bench": ("kvtutor.bench", "measure prefill/decode against this machine's ceilings"),
+    "kv-memory": ("kvtutor.memory", "KV-cache and weight memory of a model config.json"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        lines = [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+        print("usage: python -m kvtutor COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines))
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nerror: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    import importlib
+
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

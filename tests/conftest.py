@@ -1,0 +1,36 @@
+"""Shared fixtures: small random models, built in memory (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvtutor
+
+
+@pytest.fixture(scope="session")
+def toy_model() -> kvtutor.NumpyModel:
+    return kvtutor.load_toy_model()
+
+
+@pytest.fixture(scope="session")
+def small_model() -> kvtutor.NumpyModel:
+    cfg = kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24)
+    return kvtutor.NumpyModel.random(cfg, seed=1)
+
+
+def cache_state(cache) -> tuple[int, list[np.ndarray]]:
+    """Length and a copy of every layer's keys and values (to check that nothing changed)."""
+    arrays = []
+    for layer in range(cache.n_layers):
+        arrays += [np.array(cache.keys(layer)), np.array(cache.values(layer))]
+    if hasattr(cache, "k_LHMK"):
+        arrays += [cache.k_LHMK.copy(), cache.v_LHMK.copy()]
+    return len(cache), arrays
+
+
+def assert_same_state(before, after) -> None:
+    assert before[0] == after[0]
+    assert len(before[1]) == len(after[1])
+    for a, b in zip(before[1], after[1], strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,179 @@
+"""The NumPy model and its caches: cached == uncached, preallocated == concat, the toy model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvtutor
+from kvtutor.cache import KVCache
+
+
+@st.composite
+def model_and_tokens(draw):
+    n_kv = draw(st.sampled_from([1, 2]))
+    n_heads = n_kv * draw(st.integers(1, 3))
+    cfg = kvtutor.ModelConfig(
+        vocab_size=draw(st.integers(5, 40)),
+        d_model=n_heads * draw(st.integers(1, 5)),
+        n_heads=n_heads,
+        n_layers=draw(st.integers(1, 3)),
+        max_seq_len=draw(st.integers(4, 20)),
+        n_kv_heads=draw(st.sampled_from([0, n_kv])),
+    )
+    model = kvtutor.NumpyModel.random(cfg, seed=draw(st.integers(0, 2**16)))
+    n_total = draw(st.integers(2, cfg.max_seq_len))
+    n_prompt = draw(st.integers(1, n_total))
+    ids = draw(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=n_total, max_size=n_total))
+    return model, ids, n_prompt
+
+
+def run_cached(model, ids, n_prompt, kind="preallocated"):
+    """Prefill ids[:n_prompt], then decode the rest one at a time: logits for every position."""
+    cache = model.new_cache(kind)
+    rows = list(model.prefill(ids[:n_prompt], cache))
+    rows += [model.decode_step(t, cache) for t in ids[n_prompt:]]
+    return np.stack(rows), cache
+
+
+@settings(max_examples=60, deadline=None)
+@given(model_and_tokens())
+def test_cached_logits_equal_full_recompute_at_every_position(case):
+    model, ids, n_prompt = case
+    cached, _ = run_cached(model, ids, n_prompt)
+    np.testing.assert_allclose(cached, model.logits_without_cache(ids), rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model_and_tokens())
+def test_cached_keys_and_values_equal_those_of_a_full_pass(case):
+    model, ids, n_prompt = case
+    _, cache = run_cached(model, ids, n_prompt)
+    trace: list[dict] = []
+    model.forward(ids, None, trace)
+    assert len(cache) == len(ids)
+    for layer, t in enumerate(trace):
+        np.testing.assert_allclose(cache.keys(layer), t["k_HSK"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(cache.values(layer), t["v_HSK"], rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model_and_tokens())
+def test_preallocated_and_concat_caches_are_bit_identical(case):
+    model, ids, n_prompt = case
+    pre_logits, pre = run_cached(model, ids, n_prompt, "preallocated")
+    cat_logits, cat = run_cached(model, ids, n_prompt, "concat")
+    np.testing.assert_array_equal(pre_logits, cat_logits)
+    for layer in range(model.config.n_layers):
+        np.testing.assert_array_equal(pre.keys(layer), cat.keys(layer))
+        np.testing.assert_array_equal(pre.values(layer), cat.values(layer))
+
+
+@settings(max_examples=30, deadline=None)
+@given(model_and_tokens())
+def test_greedy_tokens_equal_those_of_full_recompute(case):
+    model, ids, n_prompt = case
+    n_new = model.config.max_seq_len - n_prompt
+    new = model.generate(ids[:n_prompt], n_new)
+    seq = list(ids[:n_prompt])
+    for _ in range(n_new):  # greedy decoding without any cache
+        seq.append(int(np.argmax(model.logits_without_cache(seq)[-1])))
+    assert new == seq[n_prompt:]
+
+
+@settings(max_examples=25, deadline=None)
+@given(model_and_tokens(), st.integers(1, 4))
+def test_chunked_prefill_equals_one_prefill(case, chunk):
+    model, ids, _ = case
+    cache = model.new_cache()
+    rows = [model.forward(ids[i : i + chunk], cache) for i in range(0, len(ids), chunk)]
+    np.testing.assert_allclose(np.concatenate(rows), model.logits_without_cache(ids), rtol=1e-4, atol=1e-5)
+
+
+def test_toy_model_continues_the_cat_sat_on_the_mat(toy_model):
+    tok = kvtutor.load_toy_tokenizer()
+    prompt = tok.encode(kvtutor.TOY_PROMPT)
+    assert len(prompt) == 3
+    assert tok.decode(toy_model.generate(prompt, 4)) == "on the mat."
+    assert toy_model.config == kvtutor.TOY_CONFIG
+    assert (toy_model.config.d_model, toy_model.config.n_heads, toy_model.config.d_head) == (8, 2, 4)
+
+
+def test_toy_weights_are_small_and_load_without_pickle():
+    path = kvtutor.toy.toy_weights_path()
+    assert path.stat().st_size < 64 * 1024
+    with np.load(path, allow_pickle=False) as data:
+        assert "wte.weight" in data.files
+
+
+def test_cache_shapes_follow_prefill_and_decode(toy_model):
+    cache = toy_model.new_cache()
+    assert isinstance(cache, KVCache) and len(cache) == 0
+    assert cache.keys(0).shape == (2, 0, 4)
+    toy_model.prefill([1, 2, 3], cache)
+    assert len(cache) == 3 and cache.keys(1).shape == (2, 3, 4) and cache.values(0).shape == (2, 3, 4)
+    toy_model.decode_step(4, cache)
+    assert len(cache) == 4 and cache.keys(0).shape == (2, 4, 4)
+    assert cache.k_LHMK.shape == (2, 2, 16, 4)
+    assert not cache.k_LHMK[:, :, 4:].any()  # beyond the length nothing was written
+
+
+def test_cache_nbytes_preallocated_is_capacity_concat_is_length(toy_model):
+    pre, cat = toy_model.new_cache(), toy_model.new_cache("concat")
+    toy_model.prefill([1, 2, 3], pre)
+    toy_model.prefill([1, 2, 3], cat)
+    per_token = 2 * 2 * 2 * 4 * 4  # K and V, layers, heads, head dim, float32 bytes
+    assert pre.nbytes == per_token * 16
+    assert cat.nbytes == per_token * 3
+
+
+@pytest.mark.parametrize("kind", ["preallocated", "concat"])
+def test_truncate_rolls_back(toy_model, kind):
+    cache = toy_model.new_cache(kind)
+    toy_model.prefill([1, 2, 3], cache)
+    expected = toy_model.decode_step(4, cache)
+    toy_model.decode_step(9, cache)
+    cache.truncate(3)
+    assert len(cache) == 3
+    np.testing.assert_array_equal(toy_model.decode_step(4, cache), expected)
+
+
+def test_keys_view_of_preallocated_cache_is_read_only(toy_model):
+    cache = toy_model.new_cache()
+    toy_model.prefill([1, 2], cache)
+    with pytest.raises(ValueError):
+        cache.keys(0)[0, 0, 0] = 1.0
+
+
+def test_generate_with_temperature_is_reproducible(toy_model):
+    a = toy_model.generate([1, 2, 3], 6, temperature=1.0, seed=7)
+    assert a == toy_model.generate([1, 2, 3], 6, temperature=1.0, seed=7)
+    assert len(a) == 6
+
+
+def test_generate_stops_at_stop_token(toy_model):
+    tok = kvtutor.load_toy_tokenizer()
+    new = toy_model.generate(tok.encode("The cat sat"), 10, stop_token=tok.ids["."])
+    assert tok.decode(new) == "on the mat."
+
+
+def test_generate_zero_tokens_and_given_cache(toy_model):
+    assert toy_model.generate([1], 0) == []
+    cache = toy_model.new_cache("concat")
+    assert len(toy_model.generate([1, 2, 3], 4, cache=cache)) == 4
+    assert len(cache) == 6  # the last token is sampled, not fed back
+
+
+def test_config_derived_properties():
+    cfg = kvtutor.ModelConfig(vocab_size=10, d_model=12, n_heads=4, n_layers=1, max_seq_len=8, n_kv_heads=2)
+    assert (cfg.d_head, cfg.d_ff, cfg.group_size) == (3, 48, 2)
+    model = kvtutor.NumpyModel.random(cfg)
+    assert model.n_params == cfg.n_params
+
+
+def test_tokenizer_round_trip():
+    tok = kvtutor.load_toy_tokenizer()
+    assert len(tok) == kvtutor.TOY_CONFIG.vocab_size
+    assert tok.decode(tok.encode("The cat sat on the mat.")) == "The cat sat on the mat."

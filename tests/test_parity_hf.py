@@ -1,0 +1,118 @@
+"""Parity with a real implementation: transformers' GPT-2 built from a small random config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvtutor
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def hf_and_ours():
+    cfg = transformers.GPT2Config(
+        vocab_size=61, n_positions=32, n_embd=24, n_layer=3, n_head=4, n_inner=None,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # larger weights than the default init, so differences would show
+        for p in hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    hf.tie_weights()
+    ours = kvtutor.NumpyModel.from_gpt2_state_dict(hf.state_dict(), n_heads=4)
+    return hf, ours
+
+
+IDS = [5, 17, 3, 60, 0, 42, 8, 8, 21]
+
+
+def test_config_inferred_from_shapes(hf_and_ours):
+    _, ours = hf_and_ours
+    assert ours.config == kvtutor.ModelConfig(
+        vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=32
+    )
+
+
+def test_same_logits_as_transformers(hf_and_ours):
+    hf, ours = hf_and_ours
+    with torch.no_grad():
+        ref = hf(torch.tensor([IDS])).logits[0].numpy()
+    np.testing.assert_allclose(ours.logits_without_cache(IDS), ref, rtol=1e-4, atol=1e-4)
+    cache = ours.new_cache()
+    np.testing.assert_allclose(ours.prefill(IDS[:4], cache), ref[:4], rtol=1e-4, atol=1e-4)
+    for i, t in enumerate(IDS[4:], start=4):
+        np.testing.assert_allclose(ours.decode_step(t, cache), ref[i], rtol=1e-4, atol=1e-4)
+
+
+def test_same_cache_contents_as_transformers(hf_and_ours):
+    hf, ours = hf_and_ours
+    with torch.no_grad():
+        past = hf(torch.tensor([IDS]), use_cache=True).past_key_values
+    cache = ours.new_cache()
+    ours.prefill(IDS[:5], cache)
+    for t in IDS[5:]:
+        ours.decode_step(t, cache)
+    for layer in range(3):
+        hf_k, hf_v = past.layers[layer].keys[0].numpy(), past.layers[layer].values[0].numpy()  # [H, S, K]
+        np.testing.assert_allclose(cache.keys(layer), hf_k, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(cache.values(layer), hf_v, rtol=1e-4, atol=1e-5)
+
+
+def test_same_greedy_tokens_as_transformers(hf_and_ours):
+    hf, ours = hf_and_ours
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([IDS[:3]]), max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert ours.generate(IDS[:3], 12) == out[0, 3:].tolist()
+
+
+def test_state_dict_variants_load_the_same_model(hf_and_ours):
+    hf, ours = hf_and_ours
+    sd = hf.state_dict()
+    bare = {k.removeprefix("transformer."): v.numpy() for k, v in sd.items() if k != "lm_head.weight"}
+    other = kvtutor.NumpyModel.from_gpt2_state_dict(bare, n_heads=4)
+    np.testing.assert_array_equal(other.logits_without_cache(IDS), ours.logits_without_cache(IDS))
+    round_trip = kvtutor.NumpyModel.from_gpt2_state_dict(ours.to_gpt2_state_dict(), n_heads=4)
+    np.testing.assert_array_equal(round_trip.logits_without_cache(IDS), ours.logits_without_cache(IDS))
+
+
+def _sd(hf_and_ours):
+    return {k: v.numpy() for k, v in hf_and_ours[0].state_dict().items()}
+
+
+def test_missing_key_is_named(hf_and_ours):
+    sd = _sd(hf_and_ours)
+    del sd["transformer.h.1.mlp.c_fc.bias"]
+    with pytest.raises(ValueError, match="state_dict: missing key 'h.1.mlp.c_fc.bias'"):
+        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+
+
+def test_unexpected_key_is_named(hf_and_ours):
+    sd = _sd(hf_and_ours) | {"transformer.h.0.attn.rotary.weight": np.zeros(3)}
+    with pytest.raises(ValueError, match="state_dict: unexpected key 'h.0.attn.rotary.weight'"):
+        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+
+
+def test_wrong_shape_is_named(hf_and_ours):
+    sd = _sd(hf_and_ours)
+    sd["transformer.h.2.ln_2.weight"] = np.ones(23, np.float32)
+    with pytest.raises(
+        ValueError, match="state_dict\\['h.2.ln_2.weight'\\]: expected shape \\[24\\], got \\[23\\]"
+    ):
+        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+
+
+def test_untied_lm_head_and_bad_heads_are_rejected(hf_and_ours):
+    sd = _sd(hf_and_ours)
+    with pytest.raises(ValueError, match="d_model.*multiple of n_heads=5"):
+        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=5)
+    sd["lm_head.weight"] = sd["lm_head.weight"] + 1
+    with pytest.raises(ValueError, match="lm_head.weight"):
+        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+    with pytest.raises(TypeError, match="state_dict.*mapping.*list"):
+        kvtutor.NumpyModel.from_gpt2_state_dict([], n_heads=4)
+    with pytest.raises(TypeError, match="state_dict\\['wte.weight'\\].*list"):
+        kvtutor.NumpyModel.from_gpt2_state_dict(sd | {"wte.weight": [[0.0] * 24] * 61}, n_heads=4)
