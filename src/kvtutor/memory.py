@@ -1,0 +1,283 @@
+"""How much memory the KV cache of a real model takes, next to its weights.
+
+Per token, every layer keeps one key and one value row per KV head::
+
+    kv_bytes_per_token = 2 (K and V) x n_layers x n_kv_heads x d_head x bytes per number
+
+A sequence of S tokens keeps S such rows, except in layers with a sliding window W, which keep
+only the last min(S, W). A batch of B sequences keeps B times that. The command line
+``python -m kvtutor kv-memory CONFIG.json --seq-len 8192 --batch 8 --dtype bf16`` prints it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .hf_config import ModelSpec, bundled_models, load_model_spec
+
+__all__ = [
+    "DTYPE_BITS",
+    "GIB",
+    "dtype_bytes",
+    "kv_bytes_per_token",
+    "kv_bytes_per_sequence",
+    "kv_bytes_total",
+    "weights_bytes",
+    "max_batch",
+    "KVMemory",
+    "kv_memory",
+    "format_bytes",
+    "format_report",
+    "main",
+]
+
+#: bits per stored number for the dtypes the calculator knows
+DTYPE_BITS = {
+    "fp32": 32, "float32": 32, "fp16": 16, "float16": 16, "bf16": 16, "bfloat16": 16,
+    "fp8": 8, "int8": 8, "int4": 4,
+}  # fmt: skip
+GIB = 2**30
+
+
+def _check_dtype(dtype: str, name: str = "dtype") -> int:
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPE_BITS:
+        raise ValueError(f"{name}: expected one of {sorted(DTYPE_BITS)}, got {dtype!r}")
+    return DTYPE_BITS[dtype.lower()]
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value}")
+    return value
+
+
+def _check_spec(spec: Any) -> ModelSpec:
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"spec: expected a ModelSpec (see kvtutor.hf_config), got {type(spec).__name__}")
+    return spec
+
+
+def _nbytes(count: int, bits: int) -> int:
+    return (count * bits + 7) // 8
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per number: 'bf16' -> 2, 'int4' -> 0.5."""
+    return _check_dtype(dtype) / 8
+
+
+def kv_bytes_per_token(spec: ModelSpec, dtype: str = "bf16") -> int:
+    """2 x L x Hkv x K x bytes: what one more token adds to the cache, in every layer."""
+    _check_spec(spec)
+    return _nbytes(2 * spec.n_layers * spec.kv_width, _check_dtype(dtype))
+
+
+def kv_bytes_per_sequence(spec: ModelSpec, seq_len: int, dtype: str = "bf16") -> int:
+    """One sequence of seq_len tokens; layers with a sliding window keep only the last W tokens."""
+    _check_spec(spec)
+    _check_count("seq_len", seq_len)
+    return _nbytes(2 * spec.kv_width * spec.cached_tokens(seq_len), _check_dtype(dtype))
+
+
+def kv_bytes_total(spec: ModelSpec, seq_len: int, batch: int, dtype: str = "bf16") -> int:
+    """A batch of ``batch`` sequences of seq_len tokens each."""
+    _check_count("batch", batch)
+    return batch * kv_bytes_per_sequence(spec, seq_len, dtype)
+
+
+def weights_bytes(spec: ModelSpec, dtype: str = "bf16") -> int:
+    """The weights, ``spec.n_params`` numbers of ``dtype``."""
+    _check_spec(spec)
+    return _nbytes(spec.n_params, _check_dtype(dtype))
+
+
+def max_batch(
+    spec: ModelSpec, seq_len: int, memory_bytes: int, dtype: str = "bf16", weights_dtype: str | None = None
+) -> int:
+    """The largest batch of seq_len-token sequences whose cache fits in memory_bytes next to the
+    weights (0 when not even one does). Activations and framework overhead are ignored."""
+    _check_count("memory_bytes", memory_bytes)
+    room = memory_bytes - weights_bytes(spec, weights_dtype or dtype)
+    return max(0, room // kv_bytes_per_sequence(spec, seq_len, dtype))
+
+
+@dataclass(frozen=True)
+class KVMemory:
+    """Every number the calculator reports for one model, context length, batch and dtype."""
+
+    model: str
+    dtype: str
+    weights_dtype: str
+    seq_len: int
+    batch: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    attention: str
+    sliding_window: int | None
+    n_sliding_layers: int
+    max_position_embeddings: int
+    n_params: int
+    kv_bytes_per_token: int
+    kv_bytes_per_sequence: int
+    kv_bytes_total: int
+    weights_bytes: int
+    total_bytes: int
+    memory_bytes: int | None = None
+    max_batch: int | None = None
+    fits: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def kv_memory(
+    spec: ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    dtype: str = "bf16",
+    memory_gib: float | None = None,
+    weights_dtype: str | None = None,
+) -> KVMemory:
+    """All the calculator's numbers; with ``memory_gib``, also the largest batch that fits."""
+    _check_spec(spec)
+    _check_dtype(dtype)
+    weights_dtype = (weights_dtype or dtype).lower()
+    _check_dtype(weights_dtype, "weights_dtype")
+    total = kv_bytes_total(spec, seq_len, batch, dtype)
+    w = weights_bytes(spec, weights_dtype)
+    memory = biggest = fits = None
+    if memory_gib is not None:
+        if isinstance(memory_gib, bool) or not isinstance(memory_gib, (int, float)) or not memory_gib > 0:
+            raise ValueError(f"memory_gib: expected a positive number of GiB, got {memory_gib!r}")
+        memory = int(memory_gib * GIB)
+        biggest = max_batch(spec, seq_len, memory, dtype, weights_dtype)
+        fits = w + total <= memory
+    return KVMemory(
+        model=spec.name, dtype=dtype.lower(), weights_dtype=weights_dtype, seq_len=seq_len, batch=batch,
+        n_layers=spec.n_layers, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, d_head=spec.d_head,
+        attention=spec.attention_kind, sliding_window=spec.sliding_window,
+        n_sliding_layers=spec.n_sliding_layers, max_position_embeddings=spec.max_seq_len,
+        n_params=spec.n_params, kv_bytes_per_token=kv_bytes_per_token(spec, dtype),
+        kv_bytes_per_sequence=kv_bytes_per_sequence(spec, seq_len, dtype), kv_bytes_total=total,
+        weights_bytes=w, total_bytes=w + total, memory_bytes=memory, max_batch=biggest, fits=fits,
+    )  # fmt: skip
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.50 KiB' (binary units, as GPU memory is quoted)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_report(m: KVMemory) -> str:
+    """The table the command line prints."""
+    kind = {"MHA": "multi-head", "GQA": "grouped-query", "MQA": "multi-query"}[m.attention]
+    group = m.n_heads // m.n_kv_heads
+    window = "none (every layer keeps the whole context)"
+    if m.sliding_window:
+        window = f"{m.sliding_window:,} tokens in {m.n_sliding_layers} of {m.n_layers} layers"
+    lines = [
+        f"model      {m.model}: {m.n_params / 1e9:.2f} B parameters",
+        f"attention  {m.n_layers} layers, {m.n_heads} query heads, {m.n_kv_heads} KV heads "
+        f"({kind}, {group} per KV head), head dim {m.d_head}",
+        f"window     {window}",
+        f"dtype      KV cache {m.dtype}, weights {m.weights_dtype}",
+        "",
+    ]
+    rows = [
+        ("KV per token (all layers)", m.kv_bytes_per_token),
+        (f"KV per sequence ({m.seq_len:,} tokens)", m.kv_bytes_per_sequence),
+        (f"KV for the batch ({m.batch} x {m.seq_len:,})", m.kv_bytes_total),
+        ("weights", m.weights_bytes),
+        ("weights + KV", m.total_bytes),
+    ]
+    if m.memory_bytes is not None:
+        rows.append(("memory budget", m.memory_bytes))
+    width = max(len(r[0]) for r in rows)
+    lines.append(f"{'':<{width}}  {'bytes':>18}  {'':>10}")
+    lines += [f"{label:<{width}}  {n:>18,d}  {format_bytes(n):>10}" for label, n in rows]
+    if m.memory_bytes is not None:
+        verdict = "fits" if m.fits else "does NOT fit"
+        lines += [
+            "",
+            f"batch {m.batch} at {m.seq_len:,} tokens {verdict} in {format_bytes(m.memory_bytes)}; "
+            f"largest batch that fits: {m.max_batch}",
+        ]
+    if m.seq_len > m.max_position_embeddings:
+        lines.append(
+            f"note: {m.seq_len:,} tokens is more than this model's context "
+            f"(max_position_embeddings = {m.max_position_embeddings:,})"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m kvtutor kv-memory",
+        description="KV-cache and weight memory of a model, from its Hugging Face config.json.",
+        epilog="CONFIG is a path to a config.json (or a folder holding one) or a bundled model name; "
+        "--list shows the bundled names.",
+    )
+    p.add_argument("config", nargs="?", help="config.json path or bundled model name, e.g. llama-3-8b")
+    p.add_argument(
+        "--seq-len", type=int, default=None, help="tokens per sequence (default: the model's context)"
+    )
+    p.add_argument("--batch", type=int, default=1, help="sequences held at once (default 1)")
+    p.add_argument("--dtype", default="bf16", help=f"KV cache dtype: {', '.join(DTYPE_BITS)} (default bf16)")
+    p.add_argument("--weights-dtype", default=None, help="weights dtype (default: the same as --dtype)")
+    p.add_argument(
+        "--memory-gib", type=float, default=None, help="memory budget in GiB: report the largest batch"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--list", action="store_true", help="list the bundled model names and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kvtutor kv-memory ...``: 0 on success, 2 on bad arguments or a bad config file."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # argparse has printed its message; give the status back to the caller
+        return int(exc.code or 0)
+    if args.list:
+        print("\n".join(bundled_models()))
+        return 0
+    if args.config is None:
+        parser.print_usage(sys.stderr)
+        print(
+            "kv-memory: error: config: expected a config.json path or a bundled model name", file=sys.stderr
+        )
+        return 2
+    try:
+        spec = load_model_spec(args.config)
+        seq_len = spec.max_seq_len if args.seq_len is None else args.seq_len
+        report = kv_memory(spec, seq_len, args.batch, args.dtype, args.memory_gib, args.weights_dtype)
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        for flag in ("seq_len", "batch", "dtype", "weights_dtype", "memory_gib"):
+            if message.startswith(f"{flag}:"):  # name the flag the user typed
+                message = "--" + flag.replace("_", "-") + message[len(flag) :]
+        print(f"kv-memory: error: {message}", file=sys.stderr)
+        return 2
+    if args.json:
+        out = report.to_dict()
+        out["source"] = args.config if os.path.exists(args.config) else f"bundled:{spec.name}"
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_report(report))
+    return 0

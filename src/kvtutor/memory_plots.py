@@ -1,0 +1,316 @@
+"""Figures for the chapters on KV-cache memory, grouped-query attention and the paged cache.
+
+Every function draws on a matplotlib Axes (made if not given) and returns it; the notebooks call
+them and end the cell with ``plt.show()``. ``kv_calculator_widget`` builds the interactive
+calculator for readers who run the notebook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .hf_config import bundled_models, load_model_spec
+from .memory import GIB, format_report, kv_bytes_per_sequence, kv_memory, max_batch, weights_bytes
+from .paged import PagedKVCache, PagedKVPool, TraceResult
+
+__all__ = [
+    "plot_memory_vs_context",
+    "plot_max_batch",
+    "kv_calculator_widget",
+    "draw_head_sharing",
+    "plot_cache_bytes",
+    "draw_paged_layout",
+    "plot_trace",
+    "plot_waste_vs_block_size",
+]
+
+COLORS = [
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+]
+
+
+def _axes(ax: Any = None, figsize: tuple[float, float] | None = None) -> Any:
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def _context_label(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+# ---------------------------------------------------------------- KV memory
+
+
+def _plain_log_axes(ax: Any, seq_lens: Sequence[int]) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(list(seq_lens), [_context_label(n) for n in seq_lens])
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def plot_memory_vs_context(
+    names: Sequence[str], seq_lens: Sequence[int], dtype: str = "bf16", ax: Any = None
+) -> Any:
+    """One sequence's KV cache (solid) against context length, next to the weights (dashed).
+
+    Past a model's own context (max_position_embeddings) its line turns dotted.
+    """
+    ax = _axes(ax, (7.0, 4.4))
+    for color, name in zip(COLORS, names, strict=False):
+        spec = load_model_spec(name)
+        gib = np.array([kv_bytes_per_sequence(spec, n, dtype) / GIB for n in seq_lens])
+        lens = np.array(seq_lens)
+        inside = lens <= spec.max_seq_len
+        last = int(np.flatnonzero(inside)[-1]) + 1 if inside.any() else 0
+        ax.plot(lens[:last], gib[:last], "o-", color=color, ms=3, label=f"{name}")
+        ax.plot(lens[max(last - 1, 0) :], gib[max(last - 1, 0) :], ":", color=color, lw=1)
+        ax.axhline(weights_bytes(spec, dtype) / GIB, color=color, ls="--", lw=0.9)
+    _plain_log_axes(ax, seq_lens)
+    ax.set_xlabel("context length (tokens, one sequence)")
+    ax.set_ylabel(f"GiB ({dtype})")
+    ax.set_title(
+        "KV cache of one sequence (solid; dotted past the model's context)\nand the weights (dashed)"
+    )
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def plot_max_batch(
+    names: Sequence[str], seq_lens: Sequence[int], memory_gib: float, dtype: str = "bf16", ax: Any = None
+) -> Any:
+    """The largest batch whose cache fits next to the weights in memory_gib, per context length.
+
+    Dotted past a model's own context; a model whose weights alone do not fit is named in the legend.
+    """
+    ax = _axes(ax, (7.0, 4.2))
+    budget = int(memory_gib * GIB)
+    for color, name in zip(COLORS, names, strict=False):
+        spec = load_model_spec(name)
+        points = [(n, max_batch(spec, n, budget, dtype)) for n in seq_lens]
+        points = [(n, b) for n, b in points if b > 0]
+        if not points:
+            ax.plot([], [], "o-", color=color, ms=3, label=f"{name} (weights do not fit)")
+            continue
+        inside = [(n, b) for n, b in points if n <= spec.max_seq_len]
+        beyond = [(n, b) for n, b in points if n >= (inside[-1][0] if inside else 0)]
+        if inside:
+            ax.plot(*zip(*inside, strict=True), "o-", color=color, ms=3, label=name)
+        if len(beyond) > 1:
+            ax.plot(*zip(*beyond, strict=True), ":", color=color, lw=1, label=None if inside else name)
+    _plain_log_axes(ax, seq_lens)
+    ax.set_xlabel("context length (tokens per sequence)")
+    ax.set_ylabel("largest batch")
+    ax.set_title(
+        f"Sequences that fit in {memory_gib:g} GiB next to the weights ({dtype});\n"
+        "dotted past the model's context"
+    )
+    ax.legend(fontsize=8)
+    return ax
+
+
+def kv_calculator_widget(model: str = "llama-3-8b", seq_len: int = 8192, batch: int = 8) -> Any:
+    """An ipywidgets calculator: pick a bundled model, context, batch, dtype and a memory budget."""
+    import ipywidgets as w
+
+    lengths = [2**k for k in range(9, 18)]
+    model_w = w.Dropdown(options=bundled_models(), value=model, description="model")
+    dtype_w = w.Dropdown(
+        options=["bf16", "fp16", "fp8", "int4", "fp32"], value="bf16", description="KV dtype"
+    )
+    seq_w = w.SelectionSlider(options=lengths, value=seq_len, description="context")
+    batch_w = w.BoundedIntText(value=batch, min=1, max=4096, description="batch")
+    memory_w = w.BoundedFloatText(value=80.0, min=1.0, max=10_000.0, description="GiB")
+    out = w.Output()
+
+    def refresh(_: Any = None) -> None:
+        report = kv_memory(
+            load_model_spec(model_w.value), seq_w.value, batch_w.value, dtype_w.value, memory_w.value
+        )
+        out.outputs = ({"output_type": "stream", "name": "stdout", "text": format_report(report) + "\n"},)
+
+    for control in (model_w, dtype_w, seq_w, batch_w, memory_w):
+        control.observe(refresh, names="value")
+    refresh()
+    return w.VBox([w.HBox([model_w, dtype_w]), w.HBox([seq_w, batch_w, memory_w]), out])
+
+
+# ---------------------------------------------------------------- grouped-query attention
+
+
+def draw_head_sharing(n_heads: int = 8, kv_options: Sequence[int] = (8, 2, 1), axes: Any = None) -> Any:
+    """Query heads (top row) and the KV heads they read (bottom row), for MHA, GQA and MQA."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    if axes is None:
+        _, axes = plt.subplots(1, len(kv_options), figsize=(3.3 * len(kv_options), 2.8))
+    axes = np.atleast_1d(axes)
+    for ax, n_kv in zip(axes, kv_options, strict=True):
+        group = n_heads // n_kv
+        kind = "MHA" if n_kv == n_heads else ("MQA" if n_kv == 1 else "GQA")
+        for h in range(n_heads):
+            color = COLORS[(h // group) % len(COLORS)]
+            ax.add_patch(
+                FancyBboxPatch((h - 0.35, 1.6), 0.7, 0.5, boxstyle="round,pad=0.02", fc=color, alpha=0.5)
+            )
+            ax.text(h, 1.85, f"q{h}", ha="center", va="center", fontsize=7)
+        kv_xs = [(g * group + (g + 1) * group - 1) / 2 for g in range(n_kv)]
+        for g, x in enumerate(kv_xs):
+            width = max(0.7, group - 0.3)
+            ax.add_patch(
+                FancyBboxPatch((x - width / 2, 0.0), width, 0.5, boxstyle="round,pad=0.02", fc=COLORS[g % 8])
+            )
+            ax.text(x, 0.25, f"K,V {g}" if width > 1 else f"kv{g}", ha="center", va="center", fontsize=7)
+            for h in range(g * group, (g + 1) * group):
+                ax.plot([h, x], [1.6, 0.5], color="0.4", lw=0.8)
+        ax.set_xlim(-0.7, n_heads - 0.3)
+        ax.set_ylim(-0.4, 2.5)
+        ax.set_title(f"{kind}: {n_heads} query heads, {n_kv} KV head{'s' if n_kv > 1 else ''}", fontsize=9)
+        ax.text((n_heads - 1) / 2, -0.3, f"cache: {n_kv}/{n_heads} of MHA", ha="center", fontsize=8)
+        ax.axis("off")
+    return axes
+
+
+def plot_cache_bytes(
+    labels: Sequence[str], measured: Sequence[int], predicted: Sequence[int], ax: Any = None
+) -> Any:
+    """Measured cache bytes (bars) against bytes predicted from the head counts (markers)."""
+    ax = _axes(ax, (6.0, 3.4))
+    xs = np.arange(len(labels))
+    ax.bar(xs, [m / 1024 for m in measured], color=[COLORS[i % 8] for i in range(len(labels))], alpha=0.7)
+    ax.plot(xs, [p / 1024 for p in predicted], "k_", ms=30, mew=2, label="n_kv_heads / n_heads x MHA")
+    for x, m in zip(xs, measured, strict=True):
+        ax.text(x, m / 1024, f"{m / 1024:.0f} KiB", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs, labels)
+    ax.set_ylabel("cache.nbytes (KiB)")
+    ax.set_title("Measured KV-cache bytes")
+    ax.legend(fontsize=8)
+    return ax
+
+
+# ---------------------------------------------------------------- the paged cache
+
+
+def draw_paged_layout(
+    pool: PagedKVPool,
+    seqs: dict[str, PagedKVCache],
+    ax: Any = None,
+    title: str = "",
+    max_blocks: int | None = None,
+    arrows: bool = True,
+) -> Any:
+    """Each sequence's block table (rows on top) pointing at the physical blocks of the pool (bottom).
+
+    A block is a box of P cells, one per token position; filled cells hold K/V. Hatched blocks are
+    shared (reference count > 1). The label over a logical block is the pool block it maps to.
+    """
+    from matplotlib.patches import Rectangle
+
+    n_show = pool.n_blocks if max_blocks is None else min(max_blocks, pool.n_blocks)
+    most_logical = max([len(s.block_table) for s in seqs.values()] + [1])
+    row_gap, pool_gap = 1.05, 1.5
+    height = pool_gap + row_gap * len(seqs)
+    ax = _axes(ax, (max(6.5, 0.62 * max(n_show, most_logical + 3)), 0.9 + 0.62 * height))
+    p = pool.block_size
+    cell = 0.8 / p
+    owner: dict[int, int] = {}
+    filled: dict[int, int] = {}
+    for i, seq in enumerate(seqs.values()):
+        for j, block in enumerate(seq.block_table):
+            owner.setdefault(block, i)
+            filled[block] = max(filled.get(block, 0), min(p, max(0, len(seq) - j * p)))
+
+    def draw_block(x: float, y: float, n_filled: int, color: str, shared: bool) -> None:
+        ax.add_patch(Rectangle((x, y), 0.8, 0.42, fc="white", ec="0.3", lw=0.8))
+        for t in range(n_filled):
+            ax.add_patch(
+                Rectangle((x + t * cell, y), cell, 0.42, fc=color, ec="white", lw=0.4, alpha=0.8,
+                          hatch="///" if shared else None)
+            )  # fmt: skip
+        if shared:
+            ax.add_patch(Rectangle((x, y), 0.8, 0.42, fill=False, ec="black", lw=1.4))
+
+    x0 = 1.7  # logical blocks start right of the sequence labels
+    for i, (name, seq) in enumerate(seqs.items()):
+        y = pool_gap + row_gap * (len(seqs) - 1 - i)
+        color = COLORS[i % len(COLORS)]
+        ax.text(x0 - 0.15, y + 0.21, f"{name}: {len(seq)} tokens", ha="right", va="center", fontsize=8)
+        for j, block in enumerate(seq.block_table):
+            shared = pool.allocator.refcount[block] > 1
+            draw_block(x0 + j, y, min(p, max(0, len(seq) - j * p)), color, shared)
+            ax.text(x0 + j + 0.4, y + 0.47, f"#{block}", ha="center", va="bottom", fontsize=7, color=color)
+            if arrows and block < n_show:
+                ax.annotate(
+                    "", xy=(block + 0.4, 0.46), xytext=(x0 + j + 0.4, y - 0.02),
+                    arrowprops={"arrowstyle": "->", "color": color, "lw": 0.8, "alpha": 0.55,
+                                "shrinkA": 0, "shrinkB": 0},
+                )  # fmt: skip
+    for blk in range(n_show):
+        refs = pool.allocator.refcount[blk]
+        color = COLORS[owner[blk] % len(COLORS)] if blk in owner else "white"
+        draw_block(blk, 0.0, filled.get(blk, 0), color, refs > 1)
+        label = f"#{blk}" + (f"\nx{refs}" if refs > 1 else "\nfree" if refs == 0 else "")
+        ax.text(blk + 0.4, -0.06, label, ha="center", va="top", fontsize=7)
+    ax.text(-0.15, 0.21, "pool", ha="right", va="center", fontsize=8)
+    free = list(reversed(pool.allocator.free_list))
+    more = " ..." if len(free) > 10 else ""
+    ax.text(-0.9, -1.0, f"free list, next out first: {free[:10]}{more}", ha="left", va="center", fontsize=8)
+    ax.set_xlim(-1.9, max(n_show, x0 + most_logical) + 0.2)
+    ax.set_ylim(-1.2, height + 0.1)
+    ax.set_title(title, fontsize=9)
+    ax.axis("off")
+    return ax
+
+
+def plot_trace(results: Sequence[TraceResult], axes: Any = None) -> Any:
+    """Reserved and used token positions over a trace replay, one panel per scheme."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(len(results), 1, figsize=(7.0, 2.2 * len(results)), sharex=True, sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, r in zip(axes, results, strict=True):
+        steps = np.arange(len(r.reserved))
+        ax.fill_between(steps, r.reserved, color="tab:red", alpha=0.25, step="post", label="reserved")
+        ax.fill_between(
+            steps, r.used, color="tab:blue", alpha=0.6, step="post", label="used (tokens in cache)"
+        )
+        ax.axhline(r.capacity_tokens, color="0.3", ls="--", lw=0.8)
+        ax.set_ylabel("token positions")
+        ax.set_title(
+            f"{r.scheme}: {100 * r.waste_fraction:.0f}% of reserved memory unused, "
+            f"{r.mean_running:.1f} requests running on average, {r.steps} steps",
+            fontsize=9,
+        )
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1].set_xlabel("step (one token per running request)")
+    return axes
+
+
+def plot_waste_vs_block_size(block_sizes: Sequence[int], waste: Sequence[float], ax: Any = None) -> Any:
+    """Fraction of reserved memory left unused, per block size (paging) — measured."""
+    ax = _axes(ax, (5.5, 3.0))
+    ax.plot(block_sizes, [100 * x for x in waste], "o-", color="tab:blue")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(block_sizes), [str(b) for b in block_sizes])
+    ax.set_xlabel("block size (token positions)")
+    ax.set_ylabel("unused reserved memory (%)")
+    ax.set_title("Paging: the only waste is the unfilled end of each last block", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    return ax

@@ -1,0 +1,90 @@
+"""Fixtures for the browser tests: the built book on a local HTTP server, and Debian's Chromium.
+
+Run with `make browser` (which builds the book first). Nothing here downloads a browser:
+Playwright drives /usr/bin/chromium from Debian's `chromium` package.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "browser: opens the built book in headless Chromium")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # the browser hung up early
+            super().handle_error(request, client_address)
+
+
+@pytest.fixture(scope="session")
+def site() -> Iterator[str]:
+    """Base URL of _build/html served on 127.0.0.1 at a free port."""
+    if not (HTML / "index.html").is_file():
+        pytest.fail(f"no built book in {HTML}: run `make book` first (or `make browser`)")
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture(scope="session")
+def browser_context(site: str) -> Iterator[object]:
+    """A headless Chromium context with a fresh, throwaway profile."""
+    if not CHROMIUM.is_file():
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's Chromium with "
+            "`apt-get update && apt-get install -y chromium` (never `playwright install`)"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with (
+        tempfile.TemporaryDirectory(prefix="kvtutor-chromium-") as profile,
+        sync_playwright() as playwright,
+    ):
+        context = playwright.chromium.launch_persistent_context(
+            profile,
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()

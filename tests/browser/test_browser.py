@@ -1,0 +1,257 @@
+"""Open every page of the built book in headless Chromium and check what a reader sees.
+
+For each page in _toc.yml: the title names the page, images load, math is typeset by
+the book's own MathJax, no output shows a traceback or stderr, internal links (and their
+#anchors) resolve, and the console has no errors except from external resources, which
+are refused so that the check is the same offline as online. A full-page screenshot of
+each page is saved to _build/screenshots/<page>.png.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import urllib.error
+import urllib.parse
+import urllib.request
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+SOURCE_SUFFIXES = (".md", ".ipynb", ".rst")
+
+# Known upstream page errors, tolerated exactly as written here and nowhere else.
+KNOWN_PAGE_ERRORS = {
+    # Sphinx 7 writes sphinx-thebe's inline config script twice (sphinx-doc/sphinx#13402,
+    # fixed in Sphinx 8, which Jupyter Book 1.x cannot use); the first copy works.
+    "Identifier 'THEBE_JS_URL' has already been declared",
+}
+
+
+def toc_pages() -> list[str]:
+    """Every page named in _toc.yml (root, parts, chapters, sections), without suffix."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(entries: list[dict] | None) -> None:
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts") or []:
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return [next((p.removesuffix(s) for s in SOURCE_SUFFIXES if p.endswith(s)), p) for p in pages]
+
+
+PAGES = toc_pages()
+
+
+class _PageParser(html.parser.HTMLParser):
+    """Collects the ids on a page and the text of its first <h1> (without the ¶ link)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.h1: str | None = None
+        self._in_h1 = False
+        self._skip = 0
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        if tag == "h1" and self.h1 is None:
+            self._in_h1 = True
+        elif self._in_h1 and ("headerlink" in (a.get("class") or "").split() or self._skip):
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._in_h1 and self._skip:
+            self._skip -= 1
+        elif self._in_h1 and tag == "h1":
+            self._in_h1 = False
+            self.h1 = " ".join("".join(self._text).split())
+
+    def handle_data(self, data: str) -> None:
+        if self._in_h1 and not self._skip:
+            self._text.append(data)
+
+
+@cache
+def fetch(url: str) -> tuple[int, _PageParser | None]:
+    """HTTP status of a local URL and, for HTML, its parsed ids and first heading."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            status, body, kind = response.status, response.read(), response.headers.get_content_type()
+    except urllib.error.HTTPError as err:
+        return err.code, None
+    if kind != "text/html":
+        return status, None
+    parser = _PageParser()
+    parser.feed(body.decode("utf-8", errors="replace"))
+    return status, parser
+
+
+IMAGES_NOT_LOADED = """async () => {
+  const images = Array.from(document.images);
+  images.forEach((img) => { img.loading = "eager"; });
+  await Promise.all(images.map((img) => img.decode().catch(() => null)));
+  return images.filter((img) => !(img.complete && img.naturalWidth > 0))
+               .map((img) => img.currentSrc || img.src);
+}"""
+
+MATH_NODES = "() => document.querySelectorAll('span.math, div.math').length"
+
+MATH_NOT_TYPESET = """async () => {
+  await MathJax.startup.promise;
+  const bad = [];
+  document.querySelectorAll("span.math, div.math").forEach((node) => {
+    if (!node.querySelector("mjx-container")) bad.push("not typeset: " + node.textContent.trim());
+  });
+  document.querySelectorAll("mjx-merror").forEach((node) => {
+    bad.push("MathJax error: " + (node.getAttribute("data-mjx-error") || node.textContent));
+  });
+  return {bad: bad, containers: document.querySelectorAll("mjx-container").length};
+}"""
+
+BAD_OUTPUTS = """() => {
+  const bad = [];
+  document.querySelectorAll(".output.stderr, .output.traceback").forEach((node) => {
+    bad.push(node.className + ": " + node.textContent.trim().slice(0, 400));
+  });
+  document.querySelectorAll(".cell_output, .output").forEach((node) => {
+    if (node.textContent.includes("Traceback (most recent call last)")) {
+      bad.push("traceback in output: " + node.textContent.trim().slice(0, 400));
+    }
+  });
+  return bad;
+}"""
+
+LINKS = "() => Array.from(document.querySelectorAll('a[href]'), (a) => a.href)"
+
+
+def check_links(links: list[str], site: str) -> list[str]:
+    problems = []
+    for link in sorted(set(links)):
+        url = urllib.parse.urlsplit(link)
+        if f"{url.scheme}://{url.netloc}" != site:
+            continue
+        path = url.path + ("index.html" if url.path.endswith("/") else "")
+        status, target = fetch(f"{site}{path}")
+        if status != 200:
+            problems.append(f"link {link}: HTTP {status}")
+        elif url.fragment:
+            anchor = urllib.parse.unquote(url.fragment)
+            if target is None or anchor not in target.ids:
+                problems.append(f"link {link}: no id {anchor!r} on {path}")
+    return problems
+
+
+def test_toc_is_built() -> None:
+    assert PAGES, "no pages found in _toc.yml"
+    missing = [p for p in PAGES if not (HTML / f"{p}.html").is_file()]
+    assert not missing, f"pages in _toc.yml without HTML in {HTML}: {missing} (run `make book`)"
+
+
+def test_index_redirects_to_root(site: str, browser_context) -> None:
+    page = browser_context.new_page()
+    try:
+        page.goto(f"{site}/index.html")
+        page.wait_for_url(f"{site}/{PAGES[0]}.html", timeout=10_000)
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page(name: str, site: str, browser_context) -> None:
+    origin_prefix = f"{site}/"
+    problems: list[str] = []
+    external: list[str] = []
+
+    def on_route(route) -> None:
+        url = route.request.url
+        if url.startswith(origin_prefix) or not url.startswith(("http:", "https:")):
+            route.continue_()
+        else:
+            external.append(f"refused external {route.request.resource_type}: {url}")
+            route.abort()
+
+    def on_console(message) -> None:
+        if message.type != "error":
+            return
+        source = message.location.get("url", "")
+        if source.startswith(origin_prefix) or not source:
+            problems.append(f"console error: {message.text} ({source})")
+        else:
+            external.append(f"console error from external {source}: {message.text}")
+
+    def on_response(response) -> None:
+        if response.url.startswith(origin_prefix) and response.status >= 400:
+            problems.append(f"HTTP {response.status}: {response.url}")
+
+    def on_page_error(error) -> None:
+        if str(error) not in KNOWN_PAGE_ERRORS:
+            problems.append(f"uncaught JavaScript error: {error}")
+
+    def on_request_failed(request) -> None:
+        if request.url.startswith(origin_prefix):
+            problems.append(f"request failed: {request.url} ({request.failure})")
+
+    page = browser_context.new_page()
+    page.route("**/*", on_route)
+    page.on("console", on_console)
+    page.on("pageerror", on_page_error)
+    page.on("response", on_response)
+    page.on("requestfailed", on_request_failed)
+    try:
+        url = f"{site}/{name}.html"
+        response = page.goto(url, wait_until="load")
+        assert response is not None and response.status == 200, f"{url}: not served"
+
+        _, parsed = fetch(url)
+        heading = parsed.h1 if parsed else None
+        if not heading:
+            problems.append("no <h1> heading")
+        elif heading not in page.title():
+            problems.append(f"<title> {page.title()!r} does not contain heading {heading!r}")
+
+        problems += [f"image not loaded: {src}" for src in page.evaluate(IMAGES_NOT_LOADED)]
+
+        if page.evaluate(MATH_NODES):
+            try:
+                page.wait_for_function(
+                    "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                    timeout=20_000,
+                )
+                math = page.evaluate(MATH_NOT_TYPESET)
+                problems += math["bad"]
+                if not math["containers"]:
+                    problems.append("page has math but no mjx-container")
+            except Exception as err:  # a timeout: MathJax never started
+                problems.append(f"MathJax did not load or typeset: {err}")
+
+        problems += [f"bad output: {text}" for text in page.evaluate(BAD_OUTPUTS)]
+        problems += check_links(page.evaluate(LINKS), site)
+        page.wait_for_load_state("networkidle")
+    finally:
+        shot = SCREENSHOTS / f"{name}.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+        page.close()
+
+    if external:
+        print("\n".join(["external resources (refused; not failures):", *external]))
+    assert not problems, "\n".join(
+        [f"{name}: {len(problems)} problem(s)", *problems, *external, f"screenshot: {shot}"]
+    )

@@ -1,0 +1,354 @@
+"""Reading Hugging Face config.json files, and the bundled table of published configs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import kvtutor
+from kvtutor.hf_config import (
+    ModelSpec,
+    bundled_config_path,
+    bundled_models,
+    load_model_spec,
+    read_hf_config,
+    spec_from_dict,
+)
+
+# Parameter counts the model publishers and the Hugging Face hub report. A wrong number in a
+# bundled config (heads, KV heads, widths, layers, vocabulary, tying) would change these.
+PUBLISHED_PARAMS = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3-70b": 70_553_706_496,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-72b": 72_706_203_648,
+    "gemma-2b": 2_506_172_416,
+    "gemma-7b": 8_537_680_896,
+    "gemma-2-9b": 9_241_705_984,
+}
+
+# (layers, query heads, KV heads, head dim, window, windowed layers, context) from the model cards
+KV_SHAPES = {
+    "gpt2": (12, 12, 12, 64, None, 0, 1024),
+    "gpt2-xl": (48, 25, 25, 64, None, 0, 1024),
+    "llama-2-7b": (32, 32, 32, 128, None, 0, 4096),
+    "llama-2-70b": (80, 64, 8, 128, None, 0, 4096),
+    "llama-3-8b": (32, 32, 8, 128, None, 0, 8192),
+    "llama-3.1-8b": (32, 32, 8, 128, None, 0, 131072),
+    "llama-3-70b": (80, 64, 8, 128, None, 0, 8192),
+    "mistral-7b": (32, 32, 8, 128, 4096, 32, 32768),
+    "mixtral-8x7b": (32, 32, 8, 128, None, 0, 32768),
+    "qwen2.5-7b": (28, 28, 4, 128, None, 0, 131072),
+    "gemma-2b": (18, 8, 1, 256, None, 0, 8192),
+    "gemma-7b": (28, 16, 16, 256, None, 0, 8192),
+    "gemma-2-9b": (42, 16, 8, 256, 4096, 21, 8192),
+}
+
+
+def test_bundled_table_lists_every_file_and_the_requested_models():
+    names = bundled_models()
+    assert set(names) == set(PUBLISHED_PARAMS)
+    for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-70b", "llama-3-8b"):
+        assert name in names
+    sizes = [load_model_spec(n).n_params for n in names]
+    assert sizes == sorted(sizes)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_weight_count_matches_the_published_parameter_count(name):
+    assert load_model_spec(name).n_params == PUBLISHED_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(KV_SHAPES))
+def test_kv_shapes_of_bundled_models(name):
+    s = load_model_spec(name)
+    got = (s.n_layers, s.n_heads, s.n_kv_heads, s.d_head, s.sliding_window, s.n_sliding_layers, s.max_seq_len)
+    assert got == KV_SHAPES[name]
+
+
+def test_bundled_files_use_the_real_key_names():
+    llama = json.loads(bundled_config_path("llama-3-8b").read_text())
+    assert llama["num_key_value_heads"] == 8 and llama["model_type"] == "llama"
+    assert "n_embd" in json.loads(bundled_config_path("gpt2").read_text())
+    assert json.loads(bundled_config_path("qwen2.5-7b").read_text())["use_sliding_window"] is False
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_transformers_reads_the_same_sizes_and_builds_as_many_parameters(name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    spec = load_model_spec(name)
+    hf = transformers.AutoConfig.from_pretrained(str(bundled_config_path(name)))
+    if spec.arch == "gated":
+        assert hf.num_key_value_heads == spec.n_kv_heads
+        assert getattr(hf, "head_dim", None) in (None, spec.d_head)
+        layer_types = getattr(hf, "layer_types", None)
+        if layer_types is not None:
+            assert sum(t == "sliding_attention" for t in layer_types) == spec.n_sliding_layers
+    with torch.device("meta"):  # shapes only, no memory
+        model = transformers.AutoModelForCausalLM.from_config(hf)
+    assert model.num_parameters() == spec.n_params
+
+
+def test_gpt2_keys_and_conversion_to_model_config():
+    cfg = {"model_type": "gpt2", "n_embd": 48, "n_head": 4, "n_layer": 3, "n_positions": 32, "vocab_size": 97}
+    spec = spec_from_dict(cfg, name="tiny")
+    assert (spec.arch, spec.d_head, spec.d_ff, spec.n_kv_heads, spec.tie_word_embeddings) == (
+        "gpt2",
+        12,
+        192,
+        4,
+        True,
+    )
+    mc = spec.to_model_config()
+    assert mc == kvtutor.ModelConfig(vocab_size=97, d_model=48, n_heads=4, n_layers=3, max_seq_len=32)
+    assert spec.n_params == mc.n_params == kvtutor.NumpyModel.random(mc).n_params
+    assert spec_from_dict({**cfg, "n_inner": 100}).d_ff == 100
+    no_positions = {k: v for k, v in cfg.items() if k != "n_positions"}
+    assert spec_from_dict({**no_positions, "n_ctx": 64}).max_seq_len == 64
+
+
+def test_gpt2_keys_from_a_transformers_config():
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=16, vocab_size=50)
+    spec = spec_from_dict(hf.to_dict())
+    assert spec.to_model_config() == kvtutor.ModelConfig(50, 32, 4, 2, 16)
+
+
+def test_model_config_round_trip_keeps_gqa():
+    mc = kvtutor.ModelConfig(vocab_size=40, d_model=32, n_heads=8, n_layers=2, max_seq_len=24, n_kv_heads=2)
+    spec = ModelSpec.from_model_config(mc)
+    assert spec.attention_kind == "GQA" and spec.group_size == 4
+    assert spec.to_model_config() == mc
+    assert spec.n_params == mc.n_params
+
+
+def test_llama_spec_converts_with_the_same_cache_shape():
+    spec = load_model_spec("llama-3-8b")
+    mc = spec.to_model_config(max_seq_len=64, vocab_size=10)
+    assert (mc.n_layers, mc.n_kv_heads, mc.d_head) == (32, 8, 128)
+    assert mc.max_seq_len == 64 and mc.vocab_size == 10
+
+
+def test_explicit_head_dim_that_does_not_fit_model_config_is_refused():
+    spec = load_model_spec("gemma-7b")  # 16 heads x 256 = 4096 != hidden_size 3072
+    assert spec.n_heads * spec.d_head != spec.d_model
+    with pytest.raises(ValueError, match=r"^spec: ModelConfig needs n_heads \* d_head == d_model"):
+        spec.to_model_config()
+
+
+def test_attention_kinds():
+    assert load_model_spec("llama-2-7b").attention_kind == "MHA"
+    assert load_model_spec("llama-2-70b").attention_kind == "GQA"
+    assert load_model_spec("gemma-2b").attention_kind == "MQA"
+
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 3,
+    "intermediate_size": 96,
+    "max_position_embeddings": 128,
+    "vocab_size": 100,
+}
+
+
+def test_llama_defaults():
+    spec = spec_from_dict(LLAMA)
+    assert (spec.d_head, spec.n_kv_heads, spec.sliding_window, spec.tie_word_embeddings) == (
+        8,
+        2,
+        None,
+        False,
+    )
+    mha = spec_from_dict({k: v for k, v in LLAMA.items() if k != "num_key_value_heads"})
+    assert mha.n_kv_heads == 8  # older Llama configs have no num_key_value_heads: every head its own
+    assert spec_from_dict({**LLAMA, "head_dim": 16}).d_head == 16
+    assert spec_from_dict({**LLAMA, "num_key_value_heads": None}).n_kv_heads == 8
+    unknown = {k: v for k, v in LLAMA.items() if k != "model_type"}
+    assert spec_from_dict(unknown).arch == "gated"
+
+
+def test_biases_and_experts_enter_the_weight_count():
+    base = spec_from_dict(LLAMA).n_params
+    n_layers, q, kv, d, f = 3, 64, 16, 64, 96
+    assert spec_from_dict({**LLAMA, "model_type": "qwen2"}).n_params == base + n_layers * (q + 2 * kv)
+    assert spec_from_dict({**LLAMA, "attention_bias": True}).n_params == base + n_layers * (q + 2 * kv + d)
+    moe = spec_from_dict({**LLAMA, "model_type": "mixtral", "num_local_experts": 4}).n_params
+    assert moe == base + n_layers * (3 * (3 * d * f) + d * 4)  # 3 more experts and a router
+    tied = spec_from_dict({**LLAMA, "tie_word_embeddings": True}).n_params
+    assert tied == base - 100 * 64
+
+
+def test_multimodal_wrapper_reads_text_config():
+    spec = spec_from_dict({"model_type": "llava", "text_config": LLAMA})
+    assert spec.n_kv_heads == 2 and spec.n_layers == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "window", "n_sliding"),
+    [
+        ({"model_type": "mistral", "sliding_window": 32}, 32, 3),
+        ({"model_type": "mistral", "sliding_window": None}, None, 0),
+        ({"model_type": "qwen2", "sliding_window": 32, "use_sliding_window": False}, None, 0),
+        (
+            {"model_type": "qwen2", "sliding_window": 32, "use_sliding_window": True, "max_window_layers": 1},
+            32,
+            2,
+        ),
+        ({"model_type": "gemma2", "sliding_window": 32}, 32, 2),
+        ({"model_type": "gemma3_text", "sliding_window": 32, "sliding_window_pattern": 2}, 32, 2),
+        (
+            {"sliding_window": 32, "layer_types": ["sliding_attention", "full_attention", "full_attention"]},
+            32,
+            1,
+        ),
+        ({"sliding_window": 32, "layer_types": ["full_attention"] * 3}, None, 0),
+    ],
+)
+def test_sliding_window_rules(extra, window, n_sliding):
+    spec = spec_from_dict({**LLAMA, **extra})
+    assert (spec.sliding_window, spec.n_sliding_layers) == (window, n_sliding)
+
+
+def test_sliding_window_rules_agree_with_transformers():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    for extra in (
+        {"model_type": "qwen2", "sliding_window": 32, "use_sliding_window": True, "max_window_layers": 1},
+        {"model_type": "gemma2", "sliding_window": 32, "head_dim": 8},
+    ):
+        d = {**LLAMA, **extra}
+        hf = transformers.AutoConfig.for_model(**d)
+        assert sum(t == "sliding_attention" for t in hf.layer_types) == spec_from_dict(d).n_sliding_layers
+
+
+def test_cached_tokens_respects_the_window():
+    spec = load_model_spec("gemma-2-9b")  # 21 of 42 layers keep 4096 tokens
+    assert spec.cached_tokens(1000) == 42 * 1000
+    assert spec.cached_tokens(8192) == 21 * 8192 + 21 * 4096
+
+
+# ---------------------------------------------------------------- files and errors
+
+
+def test_read_file_and_folder(tmp_path):
+    path = tmp_path / "my-model" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(LLAMA))
+    assert read_hf_config(path).name == "my-model"
+    assert read_hf_config(path.parent) == read_hf_config(path)
+    other = tmp_path / "x.json"
+    other.write_text(json.dumps(LLAMA))
+    assert load_model_spec(str(other)).name == "x"
+    assert load_model_spec("LLAMA-3-8B").name == "llama-3-8b"
+
+
+@pytest.mark.parametrize(
+    "key", ["hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size"]
+)
+def test_missing_llama_key_is_named(tmp_path, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in LLAMA.items() if k != key}))
+    with pytest.raises(ValueError, match=rf"^config: missing key '{key}' in .*config.json"):
+        read_hf_config(path)
+
+
+@pytest.mark.parametrize("key", ["n_embd", "n_head", "n_layer", "vocab_size", "n_positions"])
+def test_missing_gpt2_key_is_named(key):
+    cfg = {"model_type": "gpt2", "n_embd": 48, "n_head": 4, "n_layer": 3, "n_positions": 32, "vocab_size": 97}
+    with pytest.raises(ValueError, match=rf"^config: missing key '{key}'"):
+        spec_from_dict({k: v for k, v in cfg.items() if k != key})
+
+
+def test_config_without_any_size_key():
+    with pytest.raises(ValueError, match=r"^config: missing key 'hidden_size' \(Llama-style\) or 'n_embd'"):
+        spec_from_dict({"vocab_size": 10})
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        ({"hidden_size": "64"}, r"^config\['hidden_size'\]: expected a positive int, got '64'"),
+        ({"num_hidden_layers": 0}, r"^config\['num_hidden_layers'\]: expected a positive int, got 0"),
+        ({"num_key_value_heads": 3}, r"^config\['num_key_value_heads'\]: expected a divisor"),
+        ({"hidden_size": 60}, r"^config\['hidden_size'\]: expected a multiple of num_attention_heads=8"),
+        ({"tie_word_embeddings": "yes"}, r"^config\['tie_word_embeddings'\]: expected true or false"),
+        ({"model_type": 3}, r"^config\['model_type'\]: expected a string"),
+        ({"layer_types": ["full_attention"]}, r"^config\['layer_types'\]: expected a list of 3 strings"),
+        ({"num_hidden_layers": True}, r"^config\['num_hidden_layers'\]: expected a positive int, got True"),
+    ],
+)
+def test_bad_values_are_named(change, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        spec_from_dict({**LLAMA, **change})
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ValueError, match=r"^path: no such file"):
+        read_hf_config(tmp_path / "nope.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ValueError, match=r"^path: .* is not valid JSON"):
+        read_hf_config(broken)
+    array = tmp_path / "array.json"
+    array.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"^path: .* holds a JSON list, expected an object"):
+        read_hf_config(array)
+    with pytest.raises(TypeError, match=r"^path: expected a file path"):
+        read_hf_config(3)
+    with pytest.raises(TypeError, match=r"^config: expected a JSON object"):
+        spec_from_dict([1])
+
+
+def test_unknown_bundled_name_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"^name: no bundled config 'llama-9'; bundled: .*llama-3-8b"):
+        load_model_spec("llama-9")
+    with pytest.raises(TypeError, match=r"^name: expected a model name"):
+        bundled_config_path(None)
+
+
+def test_spec_validation():
+    good = dict(
+        name="m", model_type="llama", arch="gated", n_layers=2, d_model=8, n_heads=2, n_kv_heads=1,
+        d_head=4, d_ff=16, vocab_size=10, max_seq_len=8,
+    )  # fmt: skip
+    ModelSpec(**good)
+    for change, pattern in [
+        ({"arch": "rnn"}, r"^arch: expected 'gpt2' or 'gated'"),
+        ({"n_kv_heads": 3}, r"^n_kv_heads: expected a divisor of n_heads=2"),
+        ({"n_sliding_layers": 1}, r"^n_sliding_layers: expected 0 when sliding_window is None"),
+        ({"sliding_window": 4, "n_sliding_layers": 3}, r"^n_sliding_layers: expected 0 \.\. 2"),
+        ({"attention_bias": "q"}, r"^attention_bias: expected"),
+        ({"d_ff": 0}, r"^d_ff: expected a positive int"),
+    ]:
+        with pytest.raises(ValueError, match=pattern):
+            ModelSpec(**{**good, **change})
+    with pytest.raises(TypeError, match=r"^n_layers: expected a positive int, got float"):
+        ModelSpec(**{**good, "n_layers": 2.0})
+    with pytest.raises(ValueError, match=r"^seq_len: expected a positive int"):
+        ModelSpec(**good).cached_tokens(0)
+
+
+def test_numpy_model_from_a_converted_spec_runs():
+    mc = load_model_spec("gpt2").to_model_config(max_seq_len=8, vocab_size=16)
+    small = kvtutor.ModelConfig(16, 8, 2, 1, 8, n_kv_heads=1)
+    assert mc.n_kv_heads == mc.n_heads  # GPT-2 is plain multi-head attention
+    model = kvtutor.NumpyModel.random(small)
+    assert np.isfinite(model.logits_without_cache([1, 2, 3])).all()

@@ -1,0 +1,244 @@
+"""The KV-memory calculator: formulas, measured bytes, the largest batch, and the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kvtutor
+from kvtutor import memory
+from kvtutor.hf_config import ModelSpec, load_model_spec, spec_from_dict
+from kvtutor.memory import (
+    GIB,
+    format_bytes,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_bytes_total,
+    kv_memory,
+    max_batch,
+    weights_bytes,
+)
+
+
+def test_bytes_per_token_of_well_known_models():
+    # 2 (K, V) x layers x KV heads x head dim x 2 bytes
+    assert kv_bytes_per_token(load_model_spec("llama-2-7b")) == 2 * 32 * 32 * 128 * 2 == 512 * 1024
+    assert kv_bytes_per_token(load_model_spec("llama-3-8b")) == 2 * 32 * 8 * 128 * 2 == 128 * 1024
+    assert kv_bytes_per_token(load_model_spec("llama-2-70b")) == 2 * 80 * 8 * 128 * 2
+    assert kv_bytes_per_token(load_model_spec("gpt2"), "fp32") == 2 * 12 * 12 * 64 * 4
+    assert kv_bytes_per_token(load_model_spec("gemma-2b")) == 2 * 18 * 1 * 256 * 2
+
+
+def test_dtypes_scale_the_bytes():
+    spec = load_model_spec("llama-3-8b")
+    per = {d: kv_bytes_per_token(spec, d) for d in ("fp32", "bf16", "fp16", "fp8", "int8", "int4")}
+    assert per["fp32"] == 2 * per["bf16"] == 2 * per["fp16"] == 4 * per["fp8"] == 4 * per["int8"]
+    assert per["int4"] * 2 == per["int8"]
+    assert kv_bytes_per_token(spec, "BF16") == per["bf16"]
+    assert memory.dtype_bytes("int4") == 0.5
+
+
+def test_sequence_and_batch():
+    spec = load_model_spec("llama-3-8b")
+    assert kv_bytes_per_sequence(spec, 8192) == 8192 * 128 * 1024 == GIB
+    assert kv_bytes_total(spec, 8192, 8) == 8 * GIB
+
+
+def test_sliding_window_caps_the_sequence():
+    spec = load_model_spec("mistral-7b")  # all 32 layers keep the last 4096 tokens
+    per_token = kv_bytes_per_token(spec)
+    assert kv_bytes_per_sequence(spec, 1000) == 1000 * per_token
+    assert kv_bytes_per_sequence(spec, 32768) == kv_bytes_per_sequence(spec, 4096) == 4096 * per_token
+    gemma2 = load_model_spec("gemma-2-9b")  # half the layers slide
+    half = kv_bytes_per_token(gemma2) // 2
+    assert kv_bytes_per_sequence(gemma2, 8192) == half * 8192 + half * 4096
+
+
+def test_weights_bytes():
+    spec = load_model_spec("llama-3-8b")
+    assert weights_bytes(spec) == 2 * 8_030_261_248
+    assert weights_bytes(spec, "int4") == 8_030_261_248 // 2
+
+
+def test_max_batch_boundaries():
+    spec = load_model_spec("llama-3-8b")
+    w, seq = weights_bytes(spec), kv_bytes_per_sequence(spec, 4096)
+    assert max_batch(spec, 4096, w + 10 * seq) == 10
+    assert max_batch(spec, 4096, w + 10 * seq - 1) == 9
+    assert max_batch(spec, 4096, w - 1) == 0
+    assert max_batch(spec, 4096, w + 10 * seq, weights_dtype="int4") > 10
+    assert max_batch(spec, 4096, 80 * GIB) == (80 * GIB - w) // seq
+
+
+def test_report_numbers_agree():
+    spec = load_model_spec("llama-2-70b")
+    m = kv_memory(spec, 4096, batch=4, dtype="fp16", memory_gib=160)
+    assert m.kv_bytes_total == 4 * m.kv_bytes_per_sequence == 4 * 4096 * m.kv_bytes_per_token
+    assert m.total_bytes == m.weights_bytes + m.kv_bytes_total
+    assert m.memory_bytes == 160 * GIB
+    assert m.fits == (m.total_bytes <= 160 * GIB)
+    assert m.max_batch == max_batch(spec, 4096, 160 * GIB, "fp16")
+    assert kv_memory(spec, 4096).max_batch is None
+
+
+def test_formula_equals_bytes_measured_on_numpy_caches():
+    for n_kv in (8, 4, 2, 1):
+        cfg = kvtutor.ModelConfig(
+            vocab_size=20, d_model=32, n_heads=8, n_layers=3, max_seq_len=24, n_kv_heads=n_kv
+        )
+        spec = ModelSpec.from_model_config(cfg)
+        model = kvtutor.NumpyModel.random(cfg)
+        pre = model.new_cache("preallocated")  # reserves max_seq_len rows
+        assert pre.nbytes == kv_bytes_per_sequence(spec, 24, "fp32")
+        concat = model.new_cache("concat")  # holds only what was written
+        model.prefill(list(range(10)), concat)
+        assert (
+            concat.nbytes == kv_bytes_per_sequence(spec, 10, "fp32") == 10 * kv_bytes_per_token(spec, "fp32")
+        )
+
+
+def test_formula_equals_bytes_measured_on_a_transformers_cache():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    cfg = dict(
+        model_type="llama", hidden_size=64, num_attention_heads=8, num_key_value_heads=2,
+        num_hidden_layers=3, intermediate_size=96, max_position_embeddings=64, vocab_size=100,
+    )  # fmt: skip
+    hf_model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg)).eval()
+    with torch.no_grad():
+        out = hf_model(torch.arange(10)[None], use_cache=True)
+    layers = out.past_key_values.layers
+    measured = sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values))
+    assert measured == kv_bytes_per_sequence(spec_from_dict(cfg), 10, "fp32")
+
+
+def test_argument_errors():
+    spec = load_model_spec("gpt2")
+    with pytest.raises(ValueError, match=r"^dtype: expected one of \["):
+        kv_bytes_per_token(spec, "fp7")
+    with pytest.raises(ValueError, match=r"^seq_len: expected a positive int, got 0"):
+        kv_bytes_per_sequence(spec, 0)
+    with pytest.raises(TypeError, match=r"^seq_len: expected an int, got float"):
+        kv_bytes_per_sequence(spec, 10.0)
+    with pytest.raises(ValueError, match=r"^batch: expected a positive int, got -1"):
+        kv_bytes_total(spec, 10, -1)
+    with pytest.raises(TypeError, match=r"^spec: expected a ModelSpec"):
+        kv_bytes_per_token({"n_layers": 2})
+    with pytest.raises(ValueError, match=r"^memory_gib: expected a positive number of GiB, got 0"):
+        kv_memory(spec, 10, memory_gib=0)
+    with pytest.raises(ValueError, match=r"^weights_dtype: expected one of"):
+        kv_memory(spec, 10, weights_dtype="fp9")
+    with pytest.raises(TypeError, match=r"^memory_bytes: expected an int"):
+        max_batch(spec, 10, 1.5)
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.50 KiB"
+    assert format_bytes(GIB) == "1.00 GiB"
+    assert format_bytes(3 * 2**40) == "3.00 TiB"
+
+
+# ---------------------------------------------------------------- command line
+
+
+def run_main(capsys, *argv):
+    rc = memory.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_json(capsys):
+    rc, out, err = run_main(
+        capsys, "llama-3-8b", "--seq-len", "8192", "--batch", "8", "--dtype", "bf16", "--json"
+    )
+    assert rc == 0 and err == ""
+    data = json.loads(out)
+    assert data["kv_bytes_per_token"] == 131072
+    assert data["kv_bytes_total"] == 8 * GIB
+    assert data["weights_bytes"] == 2 * 8_030_261_248
+    assert data["source"] == "bundled:llama-3-8b" and data["max_batch"] is None
+
+
+def test_cli_table_with_budget(capsys):
+    rc, out, err = run_main(capsys, "llama-3-8b", "--seq-len", "8192", "--batch", "8", "--memory-gib", "80")
+    assert rc == 0 and err == ""
+    assert "KV per token (all layers)" in out and "128.00 KiB" in out
+    assert "8.00 GiB" in out and "largest batch that fits: 65" in out
+    assert "grouped-query, 4 per KV head" in out
+
+
+def test_cli_reads_a_file_and_defaults_to_the_models_context(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+                                "n_positions": 128, "vocab_size": 100}))  # fmt: skip
+    rc, out, _ = run_main(capsys, str(path), "--json", "--dtype", "fp32")
+    data = json.loads(out)
+    assert rc == 0 and data["seq_len"] == 128 and data["source"] == str(path)
+    assert data["kv_bytes_total"] == 128 * 2 * 2 * 64 * 4
+
+
+def test_cli_notes_a_context_longer_than_the_model(capsys):
+    rc, out, _ = run_main(capsys, "gpt2", "--seq-len", "4096")
+    assert rc == 0 and "more than this model's context" in out
+
+
+def test_cli_lists_bundled_models(capsys):
+    rc, out, _ = run_main(capsys, "--list")
+    assert rc == 0 and "mistral-7b" in out.split()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["MISSING"], "config: missing key 'num_hidden_layers'"),
+        (["BROKEN"], "is not valid JSON"),
+        (["/nonexistent/config.json"], "path: no such file"),
+        (["llama-9"], "name: no bundled config 'llama-9'"),
+        (["gpt2", "--dtype", "fp7"], "--dtype: expected one of"),
+        (["gpt2", "--weights-dtype", "fp7"], "--weights-dtype: expected one of"),
+        (["gpt2", "--batch", "0"], "--batch: expected a positive int, got 0"),
+        (["gpt2", "--seq-len", "-5"], "--seq-len: expected a positive int, got -5"),
+        (["gpt2", "--memory-gib", "-1"], "--memory-gib: expected a positive number"),
+        (["gpt2", "--batch", "x"], "invalid int value"),
+        ([], "config: expected a config.json path or a bundled model name"),
+    ],
+)
+def test_cli_errors_exit_2_with_a_clear_message(capsys, tmp_path, argv, message):
+    missing = tmp_path / "missing.json"
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8, "intermediate_size": 96,
+           "max_position_embeddings": 64, "vocab_size": 100}  # fmt: skip
+    missing.write_text(json.dumps(cfg))
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"hidden_size": 4096,')
+    argv = [{"MISSING": str(missing), "BROKEN": str(broken)}.get(a, a) for a in argv]
+    rc, out, err = run_main(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert message in err and "Traceback" not in err
+
+
+def test_module_entry_point_exit_code_and_no_traceback(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    bad = subprocess.run(
+        [sys.executable, "-m", "kvtutor", "kv-memory", str(path)], capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 2
+    assert "config: missing key 'num_attention_heads'" in bad.stderr and "Traceback" not in bad.stderr
+    good = subprocess.run(
+        [sys.executable, "-m", "kvtutor", "kv-memory", "qwen2.5-7b", "--seq-len", "1000", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(good.stdout)["kv_bytes_per_token"] == 2 * 28 * 4 * 128 * 2
+
+
+def test_numbers_are_exact_integers():
+    m = kv_memory(load_model_spec("mixtral-8x7b"), 32768, 2, "fp8", memory_gib=96)
+    for key in ("kv_bytes_per_token", "kv_bytes_per_sequence", "kv_bytes_total", "weights_bytes"):
+        assert isinstance(getattr(m, key), int)
+    assert np.isclose(m.weights_bytes, 46_702_792_704)
