@@ -161,6 +161,8 @@ def attention(
         k_HSK, v_HSK = k_new_HTK, v_new_HTK
     else:
         k_HSK, v_HSK = cache.update(layer_index, k_new_HTK, v_new_HTK)
+        # one memory layout for every cache kind, so NumPy takes the same summation path for all
+        k_HSK, v_HSK = np.ascontiguousarray(k_HSK), np.ascontiguousarray(v_HSK)
     n_new, n_keys = q_HTK.shape[1], k_HSK.shape[1]
     scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, config.group_size))
     mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None  # one query row needs no mask
