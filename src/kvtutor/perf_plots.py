@@ -1,0 +1,283 @@
+"""Figures of the performance chapters: rooflines, decode vs batch, cache vs recompute, static vs concat.
+
+Each function draws sections of a benchmark result (the dicts that ``kvtutor.bench.run_*`` return,
+live or loaded from a recorded JSON) and returns the matplotlib ``Figure``; none measures anything.
+matplotlib is imported inside the functions, so ``import kvtutor`` never needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "plot_roofline",
+    "plot_prefill_times",
+    "plot_decode_batch",
+    "plot_cache_vs_recompute",
+    "plot_static_vs_concat",
+    "plot_append_times",
+    "BENCH_FIGURES",
+]
+
+PREFILL_COLOR = "#4c78a8"
+DECODE_COLOR = "#f58518"
+ROOF_COLOR = "#333333"
+PREDICTED_STYLE = {"linestyle": "--", "linewidth": 1.2, "alpha": 0.8}
+
+
+def _pyplot():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _check_section(name: str, section: Any, key: str = "points") -> list[dict[str, Any]]:
+    if not isinstance(section, dict) or key not in section:
+        raise ValueError(f"{name}: expected a benchmark section with {key!r}, got {type(section).__name__}")
+    return section[key]
+
+
+def _log2_axis(ax: Any) -> None:
+    """A base-2 log x axis labelled with plain numbers (64, 128, ...), not powers."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _log_y(ax: Any) -> None:
+    """A log y axis with ticks at 1, 2, 5 x 10^k, labelled as plain numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _fmt_flops(x: float) -> str:
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}FLOP/s"
+    return f"{x:.3g} FLOP/s"
+
+
+def _fmt_bytes(x: float) -> str:
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} B/s"
+
+
+def plot_roofline(
+    ceilings: dict[str, Any],
+    prefill: dict[str, Any] | None = None,
+    decode: dict[str, Any] | None = None,
+    title: str = "",
+) -> Figure:
+    """Measured prefill (one point per prompt length T) and decode (one per batch B) on the roofline
+    min(peak, intensity x bandwidth) drawn from the ceilings measured in the same run."""
+    peak, bw = float(ceilings["peak_flops"]), float(ceilings["bandwidth"])
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    series = []
+    if prefill is not None:
+        pts = _check_section("prefill", prefill)
+        series.append(("prefill, T =", "n_tokens", pts, PREFILL_COLOR, "o"))
+    if decode is not None:
+        pts = _check_section("decode", decode)
+        series.append(("decode, B =", "batch_size", pts, DECODE_COLOR, "s"))
+    intensities = [p["intensity"] for _, _, pts, _, _ in series for p in pts] or [1.0]
+    ridge = peak / bw
+    lo = min(min(intensities), ridge) / 4
+    hi = max(max(intensities), ridge) * 4
+    x = np.geomspace(lo, hi, 200)
+    ax.plot(x, np.minimum(peak, x * bw), color=ROOF_COLOR, linewidth=2,
+            label=f"roofline: {_fmt_bytes(bw)}, {_fmt_flops(peak)}")  # fmt: skip
+    ax.axvline(ridge, color=ROOF_COLOR, linestyle=":", linewidth=1)
+    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak), textcoords="offset points", xytext=(4, -14),
+                fontsize=8)  # fmt: skip
+    for label, key, pts, color, marker in series:
+        xs = [p["intensity"] for p in pts]
+        ys = [p["flops_per_s"] for p in pts]
+        ax.plot(xs, ys, marker=marker, color=color, linestyle="-", linewidth=0.8,
+                label=f"{label.split(',')[0]} (measured)")  # fmt: skip
+        for p, xv, yv in zip(pts, xs, ys, strict=True):
+            ax.annotate(str(p[key]), (xv, yv), textcoords="offset points", xytext=(3, 4), fontsize=7,
+                        color=color)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte, cost model)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(title or "Prefill and decode on this machine's roofline")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, which="both", alpha=0.25)
+    fig.tight_layout()
+    return fig
+
+
+def plot_prefill_times(prefill: dict[str, Any], title: str = "") -> Figure:
+    """Prefill time vs prompt length T, measured, with the roofline prediction where present."""
+    pts = _check_section("prefill", prefill)
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    t = [p["n_tokens"] for p in pts]
+    ax.plot(t, [p["time"]["median_s"] * 1e3 for p in pts], "o-", color=PREFILL_COLOR, label="measured")
+    if all("predicted_time_s" in p for p in pts):
+        ax.plot(t, [p["predicted_time_s"] * 1e3 for p in pts], color=PREFILL_COLOR, label="roofline",
+                **PREDICTED_STYLE)  # fmt: skip
+    _log2_axis(ax)
+    _log_y(ax)
+    ax.set_xlabel("prompt length T")
+    ax.set_ylabel("prefill time (ms)")
+    ax.set_title(title or "Prefill time grows with T")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.25)
+    fig.tight_layout()
+    return fig
+
+
+def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
+    """Decode step time and tokens/s vs batch size, with the measured and predicted compute-bound batch."""
+    pts = _check_section("decode", decode)
+    plt = _pyplot()
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    b = [p["batch_size"] for p in pts]
+    ax_t.plot(b, [p["time"]["median_s"] * 1e3 for p in pts], "s-", color=DECODE_COLOR, label="measured")
+    ax_r.plot(b, [p["batch_size"] / p["time"]["median_s"] for p in pts], "s-", color=DECODE_COLOR,
+              label="measured")  # fmt: skip
+    if all("predicted_time_s" in p for p in pts):
+        ax_t.plot(b, [p["predicted_time_s"] * 1e3 for p in pts], color=DECODE_COLOR, label="roofline",
+                  **PREDICTED_STYLE)  # fmt: skip
+        ax_r.plot(b, [p["batch_size"] / p["predicted_time_s"] for p in pts], color=DECODE_COLOR,
+                  label="roofline", **PREDICTED_STYLE)  # fmt: skip
+    for ax in (ax_t, ax_r):
+        knee = decode.get("measured_compute_bound_batch")
+        if knee:
+            ax.axvline(knee, color="#2ca02c", linewidth=1, label=f"measured knee B = {knee:.3g}")
+        pred = decode.get("predicted_ridge_batch")
+        if pred:
+            ax.axvline(pred, color="#2ca02c", linestyle="--", linewidth=1, label=f"predicted B = {pred:.3g}")
+        _log2_axis(ax)
+        _log_y(ax)
+        ax.set_xlabel("batch size B")
+        ax.grid(True, which="both", alpha=0.25)
+    ax_t.set_ylabel("time per decode step (ms)")
+    ax_r.set_ylabel("tokens/s")
+    ax_t.legend(fontsize=7)
+    fig.suptitle(
+        title or f"Decode at context {decode.get('context_len')}: flat, then linear in B", fontsize=11
+    )
+    fig.tight_layout()
+    return fig
+
+
+def plot_cache_vs_recompute(recompute: dict[str, Any], title: str = "") -> Figure:
+    """Tokens/s with and without the cache vs sequence length, measured and (dashed) predicted."""
+    pts = _check_section("recompute", recompute)
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    n = [p["seq_len"] for p in pts]
+    lines = (
+        ("cached", DECODE_COLOR, "s", "with the cache"),
+        ("uncached", PREFILL_COLOR, "o", "recompute, no cache"),
+        ("cached_graph", "#2ca02c", "^", "with the cache, CUDA graph"),
+    )
+    for key, color, marker, label in lines:
+        if not all(key in p for p in pts):
+            continue
+        ax.plot(
+            n, [p[key]["tokens_per_s"] for p in pts], marker=marker, color=color, label=f"{label} (measured)"
+        )
+        if all("predicted_tokens_per_s" in p[key] for p in pts):
+            ax.plot(n, [p[key]["predicted_tokens_per_s"] for p in pts], color=color,
+                    label=f"{label} (roofline)", **PREDICTED_STYLE)  # fmt: skip
+    _log2_axis(ax)
+    _log_y(ax)
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("tokens/s (one new token)")
+    ax.set_title(title or "One more token: cached decode vs recompute")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.25)
+    fig.tight_layout()
+    return fig
+
+
+def plot_static_vs_concat(concat: dict[str, Any], title: str = "") -> Figure:
+    """Left: generate time with the static and the concat cache vs tokens generated. Right: the K/V
+    bytes each moves (cost model): in-place writes grow linearly, concat's copies quadratically."""
+    pts = _check_section("concat", concat)
+    plt = _pyplot()
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    n = [p["n_new"] for p in pts]
+    ax_t.plot(
+        n,
+        [p["static"]["time"]["median_s"] for p in pts],
+        "s-",
+        color=PREFILL_COLOR,
+        label="static (in place)",
+    )
+    ax_t.plot(n, [p["concat"]["time"]["median_s"] for p in pts], "o-", color=DECODE_COLOR, label="concat")
+    ax_t.set_xlabel("tokens generated")
+    ax_t.set_ylabel("generate time (s), measured")
+    ax_t.legend(fontsize=8)
+    ax_b.plot(n, [p["static_write_bytes"] / 2**20 for p in pts], "s-", color=PREFILL_COLOR,
+              label="written in place")  # fmt: skip
+    ax_b.plot(n, [p["concat_copy_bytes"] / 2**20 for p in pts], "o-", color=DECODE_COLOR,
+              label="copied by concat")  # fmt: skip
+    ax_b.set_xlabel("tokens generated")
+    ax_b.set_ylabel("K/V bytes moved (MiB), cost model")
+    ax_b.legend(fontsize=8)
+    for ax in (ax_t, ax_b):
+        ax.grid(True, alpha=0.25)
+    fig.suptitle(title or "Preallocated vs concat cache", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def plot_append_times(append: dict[str, Any], title: str = "") -> Figure:
+    """Time of one append of one token's keys vs tokens already cached: concat and in place."""
+    pts = _check_section("append", append)
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    s = [p["cached"] for p in pts]
+    ax.plot(s, [p["concat"]["time"]["median_s"] * 1e6 for p in pts], "o-", color=DECODE_COLOR,
+            label="torch.cat (copies the history)")  # fmt: skip
+    ax.plot(s, [p["in_place"]["time"]["median_s"] * 1e6 for p in pts], "s-", color=PREFILL_COLOR,
+            label="write in place (one row)")  # fmt: skip
+    _log2_axis(ax)
+    _log_y(ax)
+    ax.set_xlabel("tokens already cached S")
+    ax.set_ylabel("time per append (µs), measured")
+    ax.set_title(title or "Appending one token's keys to one layer")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.25)
+    fig.tight_layout()
+    return fig
+
+
+def _roofline_of(result: dict[str, Any]) -> Figure | None:
+    if "prefill_sweep" not in result and "decode_sweep" not in result:
+        return None
+    return plot_roofline(result["ceilings"], result.get("prefill_sweep"), result.get("decode_sweep"))
+
+
+def _section(key: str, fn: Callable[[dict[str, Any]], Figure]) -> Callable[[dict[str, Any]], Figure | None]:
+    return lambda result: fn(result[key]) if key in result else None
+
+
+#: The figures ``python -m kvtutor bench --plots DIR`` writes: file name -> function of the result.
+BENCH_FIGURES: dict[str, Callable[[dict[str, Any]], Figure | None]] = {
+    "roofline": _roofline_of,
+    "prefill_times": _section("prefill_sweep", plot_prefill_times),
+    "decode_batch": _section("decode_sweep", plot_decode_batch),
+    "cache_vs_recompute": _section("cache_vs_recompute", plot_cache_vs_recompute),
+    "static_vs_concat": _section("static_vs_concat", plot_static_vs_concat),
+}

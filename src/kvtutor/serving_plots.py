@@ -1,0 +1,215 @@
+"""Figures of the serving chapters: decode throughput against batch size, request timelines,
+latencies, and speculative decoding's measurements beside its theory.
+
+Every function draws numbers handed to it (measured or counted by a notebook) and returns the
+matplotlib ``Figure``; matplotlib is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .figures import DECODE_COLOR, PROMPT_COLOR
+from .serving import ServingTrace
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "plot_decode_throughput",
+    "plot_schedules",
+    "plot_latencies",
+    "plot_tokens_per_step",
+    "plot_speedups",
+    "plot_distributions",
+]
+
+WAIT_COLOR = "#d9d9d9"
+POLICY_COLORS = {"static": "#e45756", "continuous": "#54a24b"}
+SERIES_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
+
+
+def _pyplot():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _vector(name: str, values: Any, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or len(arr) == 0 or (n is not None and len(arr) != n):
+        want = "a non-empty 1-D array" if n is None else f"a 1-D array of {n} values"
+        raise ValueError(f"{name}: expected {want}, got shape {list(arr.shape)}")
+    return arr
+
+
+def _traces(traces: Any) -> list[ServingTrace]:
+    traces = list(traces)
+    if not traces or not all(isinstance(t, ServingTrace) for t in traces):
+        raise TypeError("traces: expected a non-empty list of ServingTrace (from run_serving)")
+    return traces
+
+
+def plot_decode_throughput(batch_B: Any, tokens_per_s_B: Any, title: str = "") -> Figure:
+    """[N] batch sizes, [N] measured decode tokens/s -> Figure (log-log), beside B x (tokens/s at B=1).
+
+    While a step is memory-bound its time hardly grows with B, so throughput follows the ideal
+    line; once the stacked rows make it compute-bound, the curve bends away and flattens.
+    """
+    batch_B = _vector("batch_B", batch_B)
+    rate_B = _vector("tokens_per_s_B", tokens_per_s_B, len(batch_B))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    ideal = rate_B[0] / batch_B[0] * batch_B
+    ax.plot(batch_B, ideal, ls="--", color="grey", label="ideal: B x (tokens/s of one row)")
+    ax.plot(batch_B, rate_B, "o-", color=DECODE_COLOR, lw=2, label="measured decode step")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(batch_B, [str(int(b)) for b in batch_B])
+    ax.set_xlabel("batch size B (query rows stacked in one decode step)")
+    ax.set_ylabel("tokens per second")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_schedules(traces: Sequence[ServingTrace]) -> Figure:
+    """ServingTraces -> Figure, one timeline per trace: each request waiting (grey), then running.
+
+    The x axis is the scheduler step; each request is a row, from its arrival to its last token.
+    """
+    traces = _traces(traces)
+    plt = _pyplot()
+    n_req = max(len(t.requests) for t in traces)
+    last = max((t.steps[-1].step for t in traces if t.steps), default=1)
+    fig, axes = plt.subplots(
+        len(traces), 1, figsize=(8.0, 0.16 * n_req * len(traces) + 1.2), sharex=True, squeeze=False
+    )
+    for ax, trace in zip(axes[:, 0], traces, strict=True):
+        color = POLICY_COLORS.get(trace.policy, PROMPT_COLOR)
+        for i, r in enumerate(trace.requests):
+            if not r.tokens:
+                continue
+            ax.barh(i, r.admit_step - r.arrival_step, left=r.arrival_step, height=0.8, color=WAIT_COLOR)
+            ax.barh(i, r.finish_step - r.admit_step + 1, left=r.admit_step, height=0.8, color=color)
+        ax.set_ylim(len(trace.requests) - 0.4, -0.6)
+        ax.set_ylabel("request")
+        ax.set_title(
+            f"{trace.policy} batching, {trace.max_batch_size} slots: {trace.n_steps} steps, "
+            f"{trace.tokens_per_step:.2f} tokens per step",
+            fontsize=9,
+            loc="left",
+        )
+        ax.grid(alpha=0.3, axis="x")
+    axes[-1, 0].set_xlim(0, last + 1)
+    axes[-1, 0].set_xlabel("scheduler step (grey: waiting for a slot, colour: prefilled then decoding)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_latencies(traces: Sequence[ServingTrace]) -> Figure:
+    """ServingTraces -> Figure: left, each request's latency in steps per policy; right, tokens per step."""
+    traces = _traces(traces)
+    plt = _pyplot()
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9.0, 3.6), gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / len(traces)
+    for j, trace in enumerate(traces):
+        color = POLICY_COLORS.get(trace.policy, SERIES_COLORS[j % len(SERIES_COLORS)])
+        lat = [r.latency_steps for r in trace.requests]
+        ttft = [r.first_token_steps for r in trace.requests]
+        x = np.arange(len(lat)) + (j - (len(traces) - 1) / 2) * width
+        ax0.bar(x, lat, width=width, color=color, alpha=0.85, label=f"{trace.policy}: last token")
+        ax0.scatter(
+            x, ttft, marker="_", color="black", s=40, zorder=3, label="first token" if j == 0 else None
+        )
+        ax1.bar(j, trace.tokens_per_step, color=color)
+        ax1.text(
+            j, trace.tokens_per_step, f"{trace.tokens_per_step:.2f}", ha="center", va="bottom", fontsize=8
+        )
+    ax0.set_xlabel("request")
+    ax0.set_ylabel("steps from arrival")
+    ax0.legend(fontsize=8)
+    ax0.grid(alpha=0.3, axis="y")
+    ax1.set_xticks(range(len(traces)), [t.policy for t in traces])
+    ax1.set_ylabel("tokens per step")
+    ax1.set_ylim(0, max(t.tokens_per_step for t in traces) * 1.2)
+    ax1.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
+def _check_series(name: str, series: Any, n: int) -> dict[str, np.ndarray]:
+    if not isinstance(series, Mapping) or not series:
+        raise TypeError(f"{name}: expected a non-empty dict {{label: values}}, got {type(series).__name__}")
+    return {str(k): _vector(f"{name}[{k!r}]", v, n) for k, v in series.items()}
+
+
+def _measured_vs_theory(
+    k_K: Any, measured: Any, theory: Any, ylabel: str, baseline: float | None, title: str
+) -> Figure:
+    k_K = _vector("k_K", k_K)
+    measured = _check_series("measured", measured, len(k_K))
+    theory = _check_series("theory", theory, len(k_K))
+    if set(theory) - set(measured):
+        raise ValueError(f"theory: expected labels among {sorted(measured)}, got {sorted(theory)}")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for j, (label, values) in enumerate(measured.items()):
+        color = SERIES_COLORS[j % len(SERIES_COLORS)]
+        ax.plot(k_K, values, "o-", color=color, lw=2, label=f"{label}: measured")
+        if label in theory:
+            ax.plot(k_K, theory[label], ls="--", color=color, label=f"{label}: theory")
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", lw=1, label="plain decoding")
+    ax.set_xticks(k_K, [str(int(k)) for k in k_K])
+    ax.set_xlabel("k, tokens guessed per round")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_tokens_per_step(k_K: Any, measured: Any, theory: Any, title: str = "") -> Figure:
+    """[K] values of k, {draft: [K] measured tokens per target pass}, {draft: [K] E(a, k)} -> Figure."""
+    return _measured_vs_theory(k_K, measured, theory, "new tokens per target pass", 1.0, title)
+
+
+def plot_speedups(k_K: Any, measured: Any, theory: Any, title: str = "") -> Figure:
+    """[K] values of k, {draft: [K] measured speedup}, {draft: [K] E / (k c + 1)} -> Figure."""
+    return _measured_vs_theory(k_K, measured, theory, "speedup over plain decoding", 1.0, title)
+
+
+def plot_distributions(p_V: Any, counts: Any, labels: Sequence[str] | None = None, title: str = "") -> Figure:
+    """[V] target probabilities, {name: [V] sample counts} -> Figure: target beside sample frequencies."""
+    p_V = _vector("p_V", p_V)
+    counts = _check_series("counts", counts, len(p_V))
+    if labels is not None and len(labels) != len(p_V):
+        raise ValueError(f"labels: expected {len(p_V)} labels, got {len(labels)}")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * len(p_V) + 2), 3.6))
+    width = 0.8 / (1 + len(counts))
+    x = np.arange(len(p_V))
+    ax.bar(x - 0.4 + width / 2, p_V, width=width, color="black", alpha=0.7, label="target softmax")
+    for j, (name, c) in enumerate(counts.items()):
+        ax.bar(
+            x - 0.4 + width * (j + 1.5), c / c.sum(), width=width, color=SERIES_COLORS[j % 5],
+            label=f"{name} ({int(c.sum())} samples)",
+        )  # fmt: skip
+    ax.set_xticks(x, list(labels) if labels is not None else [str(i) for i in x], rotation=60, fontsize=8)
+    ax.set_ylabel("probability / frequency")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig

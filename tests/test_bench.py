@@ -1,0 +1,211 @@
+"""``python -m kvtutor bench`` at tiny sizes: it runs, writes strict JSON with every section and the
+goals, and writes the plots. Nothing here asserts on a time."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import kvtutor
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("kvtutor.torch_model")
+from kvtutor import bench  # noqa: E402
+
+SECTIONS = [
+    "probe",
+    "ceilings",
+    "prefill_sweep",
+    "decode_sweep",
+    "decode_bandwidth",
+    "prefill_vs_matmul",
+    "generate_vs_transformers",
+    "static_vs_concat",
+    "cache_vs_recompute",
+    "goals",
+]
+GOAL_IDS = {
+    "cpu_decode_bandwidth",
+    "generate_speedup_small",
+    "generate_speedup_gpt2-small",
+    "prefill_matmul",
+    "static_vs_concat",
+    "compute_bound_batch",
+}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One tiny run of the command line, in this process (one thread: CI machines are busy)."""
+    out = tmp_path_factory.mktemp("bench")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KVTUTOR_BENCH_SIZE", "tiny")
+    threads = torch.get_num_threads()
+    try:
+        rc = bench.main(["--quick", "--device", "cpu", "--threads", "1", "--out", str(out / "r.json"),
+                         "--plots", str(out / "plots")])  # fmt: skip
+    finally:
+        mp.undo()
+    assert torch.get_num_threads() == threads  # --threads does not leak out of main
+    assert rc == 0
+    text = (out / "r.json").read_text()
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}")), out
+
+
+def test_json_has_every_section(recorded):
+    r, _ = recorded
+    assert r["size"] == "tiny" and r["device"] == "cpu" and r["dtype"] == "float32"
+    for key in SECTIONS:
+        assert key in r, key
+    assert r["hardware"]["cpu"] and r["hardware"]["torch_threads"] == 1
+    assert r["versions"]["torch"] and r["versions"]["kvtutor"] == kvtutor.__version__
+    assert r["date"] == r["hardware"]["date"]
+    assert r["command"].startswith("python -m kvtutor bench")
+    assert r["ceilings"]["bandwidth_source"] == "gemv"
+    assert r["seconds"]["total"] > 0
+
+
+def test_sections_hold_the_numbers(recorded):
+    r, _ = recorded
+    tiny = bench.SIZES["cpu"]["tiny"]
+    assert [p["n_tokens"] for p in r["prefill_sweep"]["points"]] == tiny["prefill_lengths"]
+    assert [p["batch_size"] for p in r["decode_sweep"]["points"]] == tiny["decode_batches"]
+    for p in r["prefill_sweep"]["points"] + r["decode_sweep"]["points"]:
+        assert p["time"]["median_s"] > 0 and p["flops"] > 0 and p["intensity"] > 0
+        assert p["flops_per_s"] == pytest.approx(p["flops"] / p["time"]["median_s"])
+        assert p["predicted_time_s"] > 0
+    ds = r["decode_sweep"]
+    assert ds["measured_compute_bound_batch"] > 0
+    assert ds["predicted_compute_bound_batch"] is None or ds["predicted_compute_bound_batch"] >= 1
+    bw = r["decode_bandwidth"]
+    assert bw["weight_bytes"] == kvtutor.costs.decode_weight_bytes(bench.MODELS["tiny"], 4)
+    assert bw["ratio_to_gemv"] == pytest.approx(bw["weight_bytes_per_s"] / r["ceilings"]["gemv_bandwidth"])
+    for key in ("small", "gpt2-small"):
+        g = r["generate_vs_transformers"][key]
+        assert g["identical_tokens"] is True  # same weights, greedy: the same tokens
+        assert g["speedup"] > 0
+    for p in r["static_vs_concat"]["points"]:
+        assert p["identical_tokens"] is True
+        assert p["concat_copy_bytes"] > 0
+    pts = r["cache_vs_recompute"]["points"]
+    assert [p["seq_len"] for p in pts] == tiny["recompute_lengths"]
+    assert all(p["flops_ratio"] > 1 and p["predicted_speedup"] > 0 for p in pts)
+    ratios = [p["flops_ratio"] for p in pts]
+    assert ratios == sorted(ratios)  # recompute falls further behind as the sequence grows
+
+
+def test_goals_are_recorded_with_met_or_not(recorded):
+    r, _ = recorded
+    goals = {g["id"]: g for g in r["goals"]}
+    assert set(goals) == GOAL_IDS
+    for g in goals.values():
+        assert g["met"] in (True, False, None)
+        assert isinstance(g["value"], float) and math.isfinite(g["value"])
+        if g["target"] is not None:
+            assert g["met"] == (g["value"] >= g["target"] and "identical tokens: False" not in g["note"])
+    # tiny sizes are not the goals' configurations, and the JSON says so
+    assert not goals["cpu_decode_bandwidth"]["at_goal_size"]
+    assert not goals["prefill_matmul"]["at_goal_size"]
+
+
+def test_plots_are_written(recorded):
+    _, out = recorded
+    names = sorted(p.name for p in (out / "plots").iterdir())
+    assert names == sorted(f"{n}.png" for n in kvtutor.perf_plots.BENCH_FIGURES)
+    for p in (out / "plots").iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary_lists_every_goal(recorded):
+    r, _ = recorded
+    text = bench.summary(r)
+    assert all(gid in text for gid in GOAL_IDS)
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_sections_subset(monkeypatch, one_thread):
+    monkeypatch.setenv("KVTUTOR_BENCH_SIZE", "tiny")
+    r = bench.run("cpu", sections=["concat"])
+    assert "static_vs_concat" in r and "prefill_sweep" not in r
+    assert [g["id"] for g in r["goals"]] == [
+        "generate_speedup_small",
+        "generate_speedup_gpt2-small",
+        "static_vs_concat",
+    ]
+    assert r["goals"][0]["value"] is None and r["goals"][0]["met"] is None
+
+
+def test_generate_comparison_skips_without_transformers(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
+    r = bench.run_generate_vs_transformers("tiny", 4, 2)
+    assert r == {"skipped": "transformers is not installed"}
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="^size:"):
+        bench.sizes("cpu", "huge")
+    with pytest.raises(ValueError, match="^sections:"):
+        bench.run("cpu", size="tiny", sections=["everything"])
+    with pytest.raises(ValueError, match="^dtype:"):
+        bench.ceilings({"matmul": {"float32": {}}, "hardware": {}}, "bfloat16")
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--device", "tpu"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit):
+        bench.main(["--size", "tiny", "--threads", "0"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error when there is no GPU")
+def test_cuda_without_gpu_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--device", "cuda"])
+    assert info.value.code == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_module_entry_point_help():
+    out = subprocess.run(
+        [sys.executable, "-m", "kvtutor", "bench", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "--quick" in out.stdout and "--plots" in out.stdout
+
+
+def test_append_micro_benchmark_and_its_plot(one_thread):
+    r = bench.run_append([4, 16], n_kv_heads=2, d_head=8, min_run_time=0.0, repeats=1)
+    assert [p["cached"] for p in r["points"]] == [4, 16]
+    row = 2 * 8 * 4  # one token's keys in one layer, float32
+    assert r["points"][1]["concat"]["bytes_copied"] == 2 * 17 * row
+    assert r["points"][1]["in_place"]["bytes_copied"] == 2 * row
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = kvtutor.perf_plots.plot_append_times(r)
+    assert len(fig.axes) == 1
+
+
+def test_rewinding_the_cache_repeats_the_same_decode_step(one_thread):
+    """The timing loops rewind the cache after each step (eager or fast path): every repeat is one step."""
+    model = bench.make_model("tiny")
+    cache = model.new_cache(3, max_seq_len=8)
+    model.prefill(bench._ids(model, 3, 7), cache)
+    ids_B = bench._ids(model, 3, 1, seed=5)[:, 0]
+    ref_BV = model.decode_step(ids_B, cache).clone()
+    bench._rewind(cache, 7)
+    step = model.compile_decode(cache, mode="cuda_graph")  # runs eagerly on a CPU
+    for _ in range(3):
+        torch.testing.assert_close(step(ids_B, check=False), ref_BV, rtol=1e-5, atol=1e-5)
+        bench._rewind(cache, 7)
+        assert cache.host_lengths == [7, 7, 7] and cache.lengths.tolist() == [7, 7, 7]
+    with pytest.raises(TypeError, match="^cache:"):
+        bench._rewind(object(), 0)

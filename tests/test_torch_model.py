@@ -1,0 +1,763 @@
+"""The PyTorch model: parity with the NumPy model and with transformers' GPT-2, batched and ragged
+caches, rollback, and every error path leaving the cache unchanged. CPU, small random configs;
+the CUDA fast paths are tested only where a GPU is present."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kvtutor
+
+torch = pytest.importorskip("torch")
+
+from kvtutor import torch_model as tmod  # noqa: E402
+from kvtutor.numpy_model import causal_mask as np_causal_mask  # noqa: E402
+
+ATOL = 2e-5
+IDS = [5, 17, 3, 40, 0, 42, 8, 8, 21, 33, 1, 49]
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+CONFIGS = {
+    "mha": kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24),
+    "gqa": kvtutor.ModelConfig(
+        vocab_size=50, d_model=16, n_heads=4, n_layers=2, max_seq_len=24, n_kv_heads=2
+    ),
+    "mqa": kvtutor.ModelConfig(
+        vocab_size=50, d_model=16, n_heads=4, n_layers=3, max_seq_len=24, n_kv_heads=1
+    ),
+}
+
+
+def _models(name: str, seed: int = 1):
+    numpy_model = kvtutor.NumpyModel.random(CONFIGS[name], seed=seed)
+    return numpy_model, kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def pair(request):
+    return _models(request.param)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return _models("gqa")[1]
+
+
+def np_(t) -> np.ndarray:
+    return t.detach().cpu().float().numpy()
+
+
+def snapshot(cache) -> tuple:
+    """Lengths (device and host) and a copy of every tensor the cache holds."""
+    if cache.kind == "static":
+        tensors = [cache.k_LBHMK.clone(), cache.v_LBHMK.clone()]
+    else:
+        tensors = [t.clone() for t in cache._k + cache._v]
+    return cache.lengths.clone(), cache.host_lengths, tensors
+
+
+def assert_unchanged(before, cache) -> None:
+    after = snapshot(cache)
+    assert torch.equal(before[0], after[0]) and before[1] == after[1]
+    assert len(before[2]) == len(after[2])
+    for a, b in zip(before[2], after[2], strict=True):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- importing
+
+
+def test_import_kvtutor_does_not_import_torch():
+    code = (
+        "import sys, kvtutor; assert 'torch' not in sys.modules, 'torch imported'; print(kvtutor.TOY_PROMPT)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    code = "import kvtutor, sys; m = kvtutor.TorchModel; assert 'torch' in sys.modules; print(m.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "TorchModel", out.stderr
+
+
+# ---------------------------------------------------------------- construction
+
+
+def test_defaults_on_cpu(model):
+    assert model.device == torch.device("cpu") and model.dtype == torch.float32
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert tmod.default_device().type == expected
+
+
+def test_weights_are_fused_and_stored_transposed(model):
+    cfg = model.config
+    ly = model.layers[0]
+    kv = cfg.n_kv_heads * cfg.d_head
+    assert ly.w_qkv.shape == (cfg.d_model, cfg.d_model + 2 * kv)
+    assert ly.w_qkv.mT.is_contiguous() and ly.w_fc.mT.is_contiguous() and ly.w_proj.mT.is_contiguous()
+    assert (ly.w_q.shape, ly.w_k.shape, ly.w_v.shape) == ((16, 16), (16, kv), (16, kv))
+    assert ly.w_k.untyped_storage().data_ptr() == ly.w_qkv.untyped_storage().data_ptr()  # views
+    assert torch.equal(ly.w_k, ly.w_qkv[:, cfg.d_model : cfg.d_model + kv])
+
+
+def test_cpu_weights_share_one_buffer_and_the_cache_one_kv_buffer(model):
+    storages = {t.untyped_storage().data_ptr() for t in model._weights()}
+    assert len(storages) == 1  # one arena (on 2 MiB pages where the OS allows)
+    cache = model.new_cache(2, 8)
+    assert cache.kv_2LBHMK.shape == (
+        2,
+        model.config.n_layers,
+        2,
+        model.config.n_kv_heads,
+        8,
+        model.config.d_head,
+    )
+    assert torch.equal(cache.kv_2LBHMK[0], cache.k_LBHMK) and torch.equal(cache.kv_2LBHMK[1], cache.v_LBHMK)
+    assert cache.k_LBHMK.untyped_storage().data_ptr() == cache.kv_2LBHMK.untyped_storage().data_ptr()
+    assert not cache.kv_2LBHMK.any()
+
+
+def test_large_logits_equal_numpy():
+    cfg = kvtutor.ModelConfig(vocab_size=20000, d_model=16, n_heads=2, n_layers=1, max_seq_len=512)
+    numpy_model = kvtutor.NumpyModel.random(cfg, seed=2)
+    ours = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+    ids = (np.arange(450) * 37) % cfg.vocab_size  # 450 x 20000 logits: 36 MB, the huge-page output path
+    np.testing.assert_allclose(
+        np_(ours.logits_without_cache([ids]))[0], numpy_model.logits_without_cache(ids), atol=ATOL
+    )
+
+
+def test_gelu_inplace_equals_gelu():
+    x = torch.linspace(-4, 4, 101)
+    ref = tmod.gelu(x)
+    y = x.clone()
+    assert tmod.gelu(y, inplace=True) is y
+    torch.testing.assert_close(y, ref)
+    np.testing.assert_allclose(ref.numpy(), kvtutor.numpy_model.gelu(x.numpy()), atol=1e-6)
+
+
+def test_random_matches_numpy_random():
+    cfg = CONFIGS["mha"]
+    ours = kvtutor.TorchModel.random(cfg, seed=3, device="cpu")
+    ref = kvtutor.NumpyModel.random(cfg, seed=3)
+    np.testing.assert_allclose(
+        np_(ours.logits_without_cache([IDS]))[0], ref.logits_without_cache(IDS), atol=ATOL
+    )
+    assert ours.n_params == ref.n_params == cfg.n_params
+    assert ours.nbytes == 4 * cfg.n_params
+
+
+def test_state_dict_round_trip(pair):
+    numpy_model, ours = pair
+    again = kvtutor.TorchModel.from_gpt2_state_dict(
+        ours.to_gpt2_state_dict(),
+        n_heads=ours.config.n_heads,
+        n_kv_heads=ours.config.n_kv_heads,
+        device="cpu",
+    )
+    assert again.config == ours.config
+    assert torch.equal(again.logits_without_cache([IDS]), ours.logits_without_cache([IDS]))
+    sd = {k: np_(v) for k, v in ours.to_gpt2_state_dict().items()}
+    for key, value in numpy_model.to_gpt2_state_dict().items():
+        np.testing.assert_array_equal(sd[key], value)
+
+
+def test_bf16_runs_on_cpu():
+    numpy_model, _ = _models("mha")
+    ours = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype=torch.bfloat16)
+    assert ours.dtype == torch.bfloat16 and ours.new_cache(1).k_LBHMK.dtype == torch.bfloat16
+    logits = ours.logits_without_cache([IDS])
+    assert logits.dtype == torch.bfloat16
+    np.testing.assert_allclose(np_(logits)[0], numpy_model.logits_without_cache(IDS), atol=0.05)
+
+
+# ---------------------------------------------------------------- parity with the NumPy model
+
+
+def test_step_functions_mirror_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 12)).astype(np.float32)
+    xt = torch.from_numpy(x)[None]
+    assert torch.equal(tmod.split_heads(xt, 3)[0], torch.from_numpy(x.reshape(5, 3, 4).transpose(1, 0, 2)))
+    assert torch.equal(tmod.merge_heads(tmod.split_heads(xt, 3)), xt)
+    for t, s in [(1, 1), (1, 6), (3, 3), (3, 7)]:
+        assert np.array_equal(tmod.causal_mask(t, s).numpy(), np_causal_mask(t, s))
+    ragged = tmod.ragged_causal_mask(torch.tensor([0, 4]), 3, 7)
+    assert ragged.shape == (2, 1, 3, 7)
+    assert np.array_equal(ragged[1, 0].numpy(), np_causal_mask(3, 7))
+    assert np.array_equal(ragged[0, 0].numpy(), np.pad(np_causal_mask(3, 3), ((0, 0), (0, 4))))
+
+
+@pytest.mark.parametrize("n_cached", [0, 3])
+@pytest.mark.parametrize("group_size", [1, 2, 4])
+def test_sdpa_equals_the_explicit_steps(n_cached, group_size):
+    gen = torch.Generator().manual_seed(0)
+    n_heads, n_new, d_head = 4, 3, 8
+    q = torch.randn(2, n_heads, n_new, d_head, generator=gen)
+    k = torch.randn(2, n_heads // group_size, n_cached + n_new, d_head, generator=gen)
+    v = torch.randn(2, n_heads // group_size, n_cached + n_new, d_head, generator=gen)
+    mask = tmod.causal_mask(n_new, n_cached + n_new)
+    a = tmod.attention_weights(
+        tmod.attention_scores(q, tmod.repeat_kv(k, group_size)), d_head, mask
+    )  # fmt: skip
+    ref = tmod.attend(a, tmod.repeat_kv(v, group_size))
+    got = tmod.sdpa(q, k, v, mask, False, group_size)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    if n_cached == 0:
+        torch.testing.assert_close(tmod.sdpa(q, k, v, None, True, group_size), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_logits_without_cache_equal_numpy(pair):
+    numpy_model, ours = pair
+    for n in (1, 5, len(IDS)):
+        got = np_(ours.logits_without_cache([IDS[:n]]))[0]
+        np.testing.assert_allclose(got, numpy_model.logits_without_cache(IDS[:n]), atol=ATOL)
+
+
+@pytest.mark.parametrize("kind", ["static", "concat"])
+def test_prefill_decode_and_chunks_equal_numpy(pair, kind):
+    numpy_model, ours = pair
+    ref = numpy_model.logits_without_cache(IDS)
+    cache = ours.new_cache(1, kind=kind)
+    np.testing.assert_allclose(np_(ours.prefill([IDS[:4]], cache))[0], ref[:4], atol=ATOL)
+    for i in range(4, 7):
+        np.testing.assert_allclose(np_(ours.decode_step([IDS[i]], cache))[0], ref[i], atol=ATOL)
+    # several new tokens after cached ones: the causal mask offset by the cache length
+    np.testing.assert_allclose(np_(ours.forward([IDS[7:11]], cache))[0], ref[7:11], atol=ATOL)
+    assert len(cache) == 11 and cache.host_lengths == [11]
+
+
+def test_cache_contents_equal_numpy_per_layer(pair):
+    numpy_model, ours = pair
+    ref_cache = numpy_model.new_cache()
+    numpy_model.prefill(IDS[:6], ref_cache)
+    numpy_model.forward(IDS[6:9], ref_cache)
+    cache = ours.new_cache(1)
+    ours.prefill([IDS[:6]], cache)
+    ours.forward([IDS[6:9]], cache)
+    for layer in range(ours.config.n_layers):
+        np.testing.assert_allclose(np_(cache.keys(layer))[0], ref_cache.keys(layer), atol=ATOL)
+        np.testing.assert_allclose(np_(cache.values(layer, row=0)), ref_cache.values(layer), atol=ATOL)
+
+
+def test_generate_equals_numpy(pair):
+    numpy_model, ours = pair
+    for kind in ("static", "concat"):
+        got = ours.generate([IDS[:3]], 10, cache_kind=kind)
+        assert got.dtype == torch.long and got.shape == (1, 10)
+        assert got[0].tolist() == numpy_model.generate(IDS[:3], 10)
+    assert ours.generate([IDS[:3]], 0).shape == (1, 0)
+
+
+def test_accepts_lists_numpy_and_tensors(model):
+    ref = model.logits_without_cache([IDS[:5]])
+    for ids in (
+        np.array([IDS[:5]], dtype=np.int32),
+        torch.tensor([IDS[:5]]),
+        torch.tensor([IDS[:5]], dtype=torch.int16),
+    ):
+        assert torch.equal(model.logits_without_cache(ids), ref)
+    cache = model.new_cache(1)
+    model.prefill(np.array([IDS[:4]]), cache)
+    for token in ([IDS[4]], np.array([IDS[4]]), torch.tensor([IDS[4]])):
+        cache.truncate(4)
+        torch.testing.assert_close(model.decode_step(token, cache)[0], ref[0, 4], atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------- parity with transformers
+
+
+@pytest.fixture(scope="module")
+def hf_pair():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(
+        vocab_size=61, n_positions=40, n_embd=24, n_layer=3, n_head=4, n_inner=None,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # larger weights than the default init, so differences would show
+        for p in hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    hf.tie_weights()
+    return hf, kvtutor.TorchModel.from_gpt2_state_dict(hf.state_dict(), n_heads=4, device="cpu")
+
+
+def test_same_logits_as_transformers(hf_pair):
+    hf, ours = hf_pair
+    ids = torch.tensor([IDS, IDS[::-1]])
+    with torch.no_grad():
+        ref = hf(ids).logits
+    torch.testing.assert_close(ours.logits_without_cache(ids), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_same_greedy_tokens_as_transformers(hf_pair):
+    hf, ours = hf_pair
+    prompts = torch.tensor([IDS[:4], IDS[4:8], IDS[8:12]])
+    with torch.no_grad():
+        out = hf.generate(
+            prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=20, min_new_tokens=20,
+            do_sample=False, pad_token_id=0,
+        )  # fmt: skip
+    assert torch.equal(ours.generate(prompts, 20), out[:, 4:])
+    assert torch.equal(ours.generate(prompts, 20, cache_kind="concat"), out[:, 4:])
+
+
+# ---------------------------------------------------------------- batches, ragged rows, rollback
+
+
+def _alone(model, prompt, tokens):
+    """Logits of decoding ``tokens`` after ``prompt`` in a batch of one."""
+    cache = model.new_cache(1)
+    model.prefill([prompt], cache)
+    return [model.decode_step([t], cache)[0] for t in tokens]
+
+
+@pytest.mark.parametrize("kind", ["static", "concat"])
+def test_batched_decode_equals_per_row(pair, kind):
+    numpy_model, ours = pair
+    prompts = [IDS[:4], IDS[4:8], IDS[8:12]]
+    follow = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    cache = ours.new_cache(3, kind=kind)
+    ours.prefill(prompts, cache)
+    batched = [ours.decode_step([f[i] for f in follow], cache) for i in range(3)]
+    for b in range(3):
+        ref = numpy_model.logits_without_cache(prompts[b] + follow[b])[4:]
+        for i, alone in enumerate(_alone(ours, prompts[b], follow[b])):
+            torch.testing.assert_close(batched[i][b], alone, atol=ATOL, rtol=0)
+            np.testing.assert_allclose(np_(batched[i][b]), ref[i], atol=ATOL)
+    ref_cache = numpy_model.new_cache()
+    numpy_model.forward(prompts[2] + follow[2], ref_cache)
+    for layer in range(ours.config.n_layers):  # the one-copy K/V write put each row where it belongs
+        np.testing.assert_allclose(np_(cache.keys(layer))[2], ref_cache.keys(layer), atol=ATOL)
+        np.testing.assert_allclose(np_(cache.values(layer))[2], ref_cache.values(layer), atol=ATOL)
+
+
+def test_ragged_decode_equals_each_row_alone(pair):
+    numpy_model, ours = pair
+    prompts = [IDS[:2], IDS[:7], IDS[3:8]]
+    follow = [[9, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20]]
+    cache = ours.new_cache(3, 16)
+    for row in (1, 0, 2):
+        ours.prefill_row(prompts[row], cache, row)
+    assert cache.host_lengths == [2, 7, 5] and cache.lengths.tolist() == [2, 7, 5]
+    with pytest.raises(ValueError, match="^cache: rows have different lengths"):
+        len(cache)
+    with pytest.raises(ValueError, match="^cache: rows have different lengths"):
+        cache.keys(0)
+    got = [ours.decode_step([f[i] for f in follow], cache) for i in range(4)]
+    for b in range(3):
+        ref = numpy_model.logits_without_cache(prompts[b] + follow[b])[len(prompts[b]) :]
+        for i in range(4):
+            np.testing.assert_allclose(np_(got[i][b]), ref[i], atol=ATOL)
+    # ragged forward with several new tokens per row
+    more = ours.forward([[1, 2], [3, 4], [5, 6]], cache)
+    for b, pair_ in enumerate([[1, 2], [3, 4], [5, 6]]):
+        ref = numpy_model.logits_without_cache(prompts[b] + follow[b] + pair_)[-2:]
+        np.testing.assert_allclose(np_(more[b]), ref, atol=ATOL)
+    assert cache.host_lengths == [8, 13, 11]
+
+
+def test_prefill_row_leaves_other_rows_untouched(model):
+    cache = model.new_cache(3, 16)
+    model.prefill([IDS[:5], IDS[5:10], IDS[2:7]], cache)
+    model.decode_step([1, 2, 3], cache)
+    before = snapshot(cache)
+    cache.reset_row(1)
+    assert cache.host_lengths == [6, 0, 6] and cache.lengths.tolist() == [6, 0, 6]
+    logits = model.prefill_row(IDS[:9], cache, 1)
+    assert logits.shape == (9, model.config.vocab_size)
+    for b in (0, 2):
+        assert torch.equal(cache.k_LBHMK[:, b], before[2][0][:, b])
+        assert torch.equal(cache.v_LBHMK[:, b], before[2][1][:, b])
+    assert cache.host_lengths == [6, 9, 6]
+    fresh = model.new_cache(1, 16)
+    torch.testing.assert_close(logits, model.prefill([IDS[:9]], fresh)[0], atol=ATOL, rtol=0)
+    for layer in range(model.config.n_layers):
+        torch.testing.assert_close(cache.keys(layer, row=1), fresh.keys(layer)[0], atol=ATOL, rtol=0)
+
+
+def test_inactive_rows_are_not_advanced(model):
+    cache = model.new_cache(3, 12)
+    model.prefill_row(IDS[:3], cache, 0)
+    model.prefill_row(IDS[:12], cache, 2)  # a full row
+    before = snapshot(cache)
+    logits = model.decode_step([7, 0, 0], cache, active=[True, False, False])
+    assert cache.host_lengths == [4, 0, 12] and cache.lengths.tolist() == [4, 0, 12]
+    assert torch.isnan(logits[1:]).all() and not torch.isnan(logits[0]).any()
+    for b in (1, 2):
+        assert torch.equal(cache.k_LBHMK[:, b], before[2][0][:, b])
+    torch.testing.assert_close(logits[0], _alone(model, IDS[:3], [7])[0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["static", "concat"])
+def test_truncate_then_decode_equals_fresh(model, kind):
+    cache = model.new_cache(2, kind=kind)
+    model.prefill([IDS[:5], IDS[5:10]], cache)
+    for t in (1, 2, 3):  # rejected drafts
+        model.decode_step([t, t], cache)
+    cache.truncate(5)
+    assert len(cache) == 5
+    got = [model.decode_step([t, t + 1], cache) for t in (30, 31)]
+    fresh = model.new_cache(2, kind=kind)
+    model.prefill([IDS[:5], IDS[5:10]], fresh)
+    ref = [model.decode_step([t, t + 1], fresh) for t in (30, 31)]
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+def test_truncate_one_row(model):
+    cache = model.new_cache(2)
+    model.prefill([IDS[:6], IDS[6:12]], cache)
+    cache.truncate(3, row=0)
+    assert cache.host_lengths == [3, 6]
+    logits = model.decode_step([40, 41], cache)
+    torch.testing.assert_close(logits[0], _alone(model, IDS[:3], [40])[0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(logits[1], _alone(model, IDS[6:12], [41])[0], atol=ATOL, rtol=0)
+
+
+def test_static_equals_concat(pair):
+    _, ours = pair
+    caches = [ours.new_cache(2, kind=k) for k in ("static", "concat")]
+    outs = [[ours.prefill([IDS[:4], IDS[4:8]], c)] for c in caches]
+    for t in range(5):
+        for out, c in zip(outs, caches, strict=True):
+            out.append(ours.decode_step([t, t + 10], c))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    for layer in range(ours.config.n_layers):
+        torch.testing.assert_close(caches[0].keys(layer), caches[1].keys(layer), atol=ATOL, rtol=0)
+
+
+def test_cache_sizes(model):
+    cfg = model.config
+    static = model.new_cache(3, 10)
+    assert static.k_LBHMK.shape == (cfg.n_layers, 3, cfg.n_kv_heads, 10, cfg.d_head)
+    assert static.batch_size == 3 and static.capacity == 10 and static.kind == "static"
+    assert static.nbytes == 2 * cfg.n_layers * 3 * cfg.n_kv_heads * 10 * cfg.d_head * 4
+    assert model.new_cache(1).capacity == cfg.max_seq_len
+    concat = model.new_cache(3, 10, kind="concat")
+    assert concat.nbytes == 0
+    model.prefill([IDS[:4]] * 3, concat)
+    assert concat.nbytes == 2 * cfg.n_layers * 3 * cfg.n_kv_heads * 4 * cfg.d_head * 4
+    assert concat.capacity == 10 and concat.kind == "concat"
+
+
+def test_compiled_decode_on_cpu_equals_decode_step(model):
+    caches = [model.new_cache(2, 12) for _ in range(2)]
+    for c in caches:
+        model.prefill_row(IDS[:3], c, 0)
+        model.prefill_row(IDS[:6], c, 1)
+    step = model.compile_decode(caches[0], mode="cuda_graph")  # no graphs on the CPU: runs eagerly
+    for t in (4, 5, 6):
+        got = step(torch.tensor([t, t + 1])).clone()
+        torch.testing.assert_close(got, model.decode_step([t, t + 1], caches[1]), atol=ATOL, rtol=0)
+    assert caches[0].host_lengths == caches[1].host_lengths == [6, 9]
+    assert caches[0].lengths.tolist() == [6, 9]
+    before = snapshot(caches[0])
+    with pytest.raises(ValueError, match="^ids_B: expected token ids in"):
+        step([1, 99])
+    with pytest.raises(ValueError, match="^ids_B: expected the cache's batch size 2"):
+        step([1])
+    assert_unchanged(before, caches[0])
+    for _ in range(3):
+        step([1, 1])
+    before = snapshot(caches[0])
+    with pytest.raises(ValueError, match="^ids_B: row 1 is full"):
+        step([1, 1])
+    assert_unchanged(before, caches[0])
+    caches[0].reset_row(0)
+    before = snapshot(caches[0])
+    with pytest.raises(ValueError, match="^cache: expected prefilled rows, row 0 is empty"):
+        step([1, 1])
+    assert_unchanged(before, caches[0])
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KVTUTOR_TEST_COMPILE"),
+    reason="torch.compile on the CPU takes minutes: set KVTUTOR_TEST_COMPILE=1",
+)
+def test_compiled_decode_with_torch_compile_on_cpu(model):
+    caches = [model.new_cache(2, 12) for _ in range(2)]
+    for c in caches:
+        model.prefill_row(IDS[:3], c, 0)
+        model.prefill_row(IDS[:6], c, 1)
+    step = model.compile_decode(caches[0], mode="compile")
+    for t in (4, 5, 6):
+        got = step([t, t + 1]).clone()
+        torch.testing.assert_close(got, model.decode_step([t, t + 1], caches[1]), atol=ATOL, rtol=0)
+    assert caches[0].host_lengths == caches[1].host_lengths == caches[0].lengths.tolist() == [6, 9]
+
+
+# ---------------------------------------------------------------- errors leave the cache unchanged
+
+
+def _filled(model, kind="static"):
+    cache = model.new_cache(2, 10, kind=kind)
+    model.prefill([IDS[:4], IDS[4:8]], cache)
+    return cache
+
+
+BAD_FORWARD = [
+    ([[1, 2], [3, 99]], ValueError, r"^ids_BT: expected token ids in \[0, 50\), got 99 at index \(1, 1\)"),
+    ([[1, -1], [3, 4]], ValueError, r"^ids_BT: expected token ids in \[0, 50\), got -1"),
+    ([1, 2], ValueError, r"^ids_BT: expected shape \[B, T\], got shape \[2\]"),
+    ([[[1]], [[2]]], ValueError, r"^ids_BT: expected shape \[B, T\]"),
+    ([[], []], ValueError, r"^ids_BT: expected at least one token"),
+    ([[1.0], [2.0]], TypeError, r"^ids_BT: expected int token ids, got dtype float64"),
+    ([[True], [False]], TypeError, r"^ids_BT: expected int token ids, got dtype bool"),
+    (torch.tensor([[1.0], [2.0]]), TypeError, r"^ids_BT: expected int token ids, got dtype torch.float32"),
+    (torch.tensor([[1], [50]]), ValueError, r"^ids_BT: expected token ids in \[0, 50\), got 50"),
+    ("ab", TypeError, r"^ids_BT: expected int token ids"),
+    ([[1, 2], [3]], ValueError, r"^ids_BT: expected a rectangular"),
+    ([[1, 2, 3]], ValueError, r"^ids_BT: expected the cache's batch size 2, got 1 rows"),
+    ([[1] * 7] * 2, ValueError, r"^ids_BT: 7 new tokens after 4 cached ones exceed the cache capacity 10"),
+]
+
+
+@pytest.mark.parametrize("kind", ["static", "concat"])
+@pytest.mark.parametrize(("ids", "error", "match"), BAD_FORWARD)
+def test_bad_forward_leaves_cache_unchanged(model, kind, ids, error, match):
+    cache = _filled(model, kind)
+    before = snapshot(cache)
+    with pytest.raises(error, match=match):
+        model.forward(ids, cache)
+    assert_unchanged(before, cache)
+
+
+BAD_DECODE = [
+    (dict(ids_B=[1, 50]), ValueError, r"^ids_B: expected token ids in \[0, 50\), got 50 at index \(1,\)"),
+    (dict(ids_B=[[1], [2]]), ValueError, r"^ids_B: expected shape \[B\], got shape \[2, 1\]"),
+    (dict(ids_B=[]), ValueError, r"^ids_B: expected at least one token"),
+    (dict(ids_B=[1.5, 2.0]), TypeError, r"^ids_B: expected int token ids, got dtype float64"),
+    (dict(ids_B=[1, 2, 3]), ValueError, r"^ids_B: expected the cache's batch size 2, got 3 rows"),
+    (dict(ids_B=[1, 2], active=[1, 0]), TypeError, r"^active: expected a bool mask"),
+    (dict(ids_B=[1, 2], active=[True]), ValueError, r"^active: expected shape \[2\], got \[1\]"),
+    (dict(ids_B=[1, 2], active=[False, False]), ValueError, r"^active: expected at least one active row"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), BAD_DECODE)
+def test_bad_decode_leaves_cache_unchanged(model, kwargs, error, match):
+    cache = _filled(model)
+    before = snapshot(cache)
+    with pytest.raises(error, match=match):
+        model.decode_step(cache=cache, **kwargs)
+    assert_unchanged(before, cache)
+
+
+def test_decode_errors_that_depend_on_the_cache(model):
+    cache = model.new_cache(2, 5)
+    before = snapshot(cache)
+    with pytest.raises(ValueError, match="^cache: expected prefilled rows for decode_step, row 0 is empty"):
+        model.decode_step([1, 2], cache)
+    assert_unchanged(before, cache)
+    model.prefill_row(IDS[:5], cache, 1)
+    before = snapshot(cache)
+    with pytest.raises(
+        ValueError, match="^ids_B: 1 new tokens after 5 cached ones exceed the cache capacity 5"
+    ):
+        model.decode_step([1, 2], cache, active=np.array([False, True]))
+    assert_unchanged(before, cache)
+    with pytest.raises(TypeError, match="^cache: expected a cache from TorchModel.new_cache"):
+        model.decode_step([1, 2], None)
+    with pytest.raises(TypeError, match="^cache: expected a cache from TorchModel.new_cache"):
+        model.decode_step([1], kvtutor.NumpyModel.random(CONFIGS["gqa"]).new_cache())
+    other = _models("mha")[1].new_cache(2)
+    with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):
+        model.decode_step([1, 2], other)
+
+
+def test_bad_prefill_row_leaves_cache_unchanged(model):
+    cache = _filled(model)
+    cache.reset_row(0)
+    before = snapshot(cache)
+    cases = [
+        (
+            dict(ids_T=IDS[:3], row=1),
+            ValueError,
+            r"^row: expected an empty row \(reset_row it first\), row 1 holds 4",
+        ),
+        (dict(ids_T=IDS[:3], row=2), ValueError, r"^row: expected 0 <= row < 2, got 2"),
+        (dict(ids_T=IDS[:3], row=0.0), TypeError, r"^row: expected an int"),
+        (dict(ids_T=[IDS[:3]], row=0), ValueError, r"^ids_T: expected shape \[T\], got shape \[1, 3\]"),
+        (dict(ids_T=[60], row=0), ValueError, r"^ids_T: expected token ids in \[0, 50\)"),
+        (dict(ids_T=[1] * 11, row=0), ValueError, r"^ids_T: 11 new tokens after 0 cached ones exceed"),
+    ]
+    for kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            model.prefill_row(cache=cache, **kwargs)
+        assert_unchanged(before, cache)
+
+
+def test_bad_cache_operations_leave_cache_unchanged(model):
+    cache = _filled(model)
+    cache.truncate(2, row=1)
+    before = snapshot(cache)
+    cases = [
+        (
+            lambda: cache.truncate(3),
+            ValueError,
+            r"^length: expected 0 <= length <= 2 \(every row's length\), got 3",
+        ),
+        (
+            lambda: cache.truncate(5, row=0),
+            ValueError,
+            r"^length: expected 0 <= length <= 4 \(row 0's length\)",
+        ),
+        (lambda: cache.truncate(-1), ValueError, r"^length: expected 0 <= length"),
+        (lambda: cache.truncate(1.0), TypeError, r"^length: expected an int"),
+        (lambda: cache.reset_row(-1), ValueError, r"^row: expected 0 <= row < 2, got -1"),
+        (lambda: cache.keys(2), ValueError, r"^layer: expected 0 <= layer < 2, got 2"),
+        (lambda: cache.values(0, row=True), TypeError, r"^row: expected an int"),
+        (lambda: model.compile_decode(cache, mode="jit"), ValueError, r"^mode: expected one of"),
+    ]
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+        assert_unchanged(before, cache)
+    concat = _filled(model, "concat")
+    before = snapshot(concat)
+    for call in (
+        lambda: concat.reset_row(0),
+        lambda: concat.truncate(1, row=1),
+        lambda: model.prefill_row(IDS[:2], concat, 0),
+        lambda: model.decode_step([1, 2], concat, active=[True, False]),
+        lambda: model.compile_decode(concat),
+    ):
+        with pytest.raises(ValueError, match="^(row|active|cache): .*(concat|static)"):
+            call()
+        assert_unchanged(before, concat)
+
+
+def test_bad_constructor_and_cache_arguments(model):
+    cases = [
+        (lambda: model.new_cache(0), ValueError, r"^batch_size: expected >= 1, got 0"),
+        (lambda: model.new_cache(1.0), TypeError, r"^batch_size: expected an int"),
+        (
+            lambda: model.new_cache(1, 25),
+            ValueError,
+            r"^max_seq_len: expected 1 <= max_seq_len <= 24, got 25",
+        ),
+        (
+            lambda: model.new_cache(1, kind="paged"),
+            ValueError,
+            r"^kind: expected one of \['concat', 'static'\]",
+        ),
+        (lambda: model.generate([IDS[:3]], 30), ValueError, r"^max_new_tokens: prompt of 3 \+ 30 new tokens"),
+        (lambda: model.generate([IDS[:3]], 2.0), TypeError, r"^max_new_tokens: expected an int"),
+        (lambda: model.generate(IDS[:3], 2), ValueError, r"^ids_BT: expected shape \[B, T\]"),
+        (lambda: model.generate([IDS[:3]], 2, cache_kind="x"), ValueError, r"^kind: expected one of"),
+        (
+            lambda: model.logits_without_cache([[1] * 25]),
+            ValueError,
+            r"^ids_BT: 25 tokens exceed max_seq_len 24",
+        ),
+        (lambda: model.prefill([[1]], None), TypeError, r"^cache: expected a cache"),
+        (lambda: kvtutor.TorchModel.random("cfg"), TypeError, r"^config: expected a kvtutor.ModelConfig"),
+        (
+            lambda: kvtutor.TorchModel.from_numpy(model),
+            TypeError,
+            r"^numpy_model: expected a kvtutor.NumpyModel",
+        ),
+        (
+            lambda: kvtutor.TorchModel.random(CONFIGS["mha"], dtype=torch.int32),
+            TypeError,
+            r"^dtype: expected a floating",
+        ),
+        (lambda: kvtutor.TorchModel.random(CONFIGS["mha"], device="gpu"), ValueError, r"^device: expected"),
+        (
+            lambda: tmod.sample(torch.zeros(1, 3), temperature=-1.0),
+            ValueError,
+            r"^temperature: expected >= 0",
+        ),
+    ]
+    if not torch.cuda.is_available():
+        cases.append(
+            (
+                lambda: kvtutor.TorchModel.random(CONFIGS["mha"], device="cuda"),
+                ValueError,
+                r"^device: .*not available",
+            )
+        )
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+
+
+def test_sample(model):
+    logits = torch.tensor([[0.0, 3.0, 1.0], [5.0, 0.0, 0.0]])
+    assert tmod.sample(logits).tolist() == [1, 0]
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([tmod.sample(logits, 1.0, gen) for _ in range(200)])
+    assert draws.min() >= 0 and draws.max() <= 2 and (draws[:, 0] == 1).float().mean() > 0.6
+
+
+# ---------------------------------------------------------------- CUDA only
+
+
+@pytest.fixture(scope="module")
+def cuda_pair():
+    numpy_model = kvtutor.NumpyModel.random(CONFIGS["gqa"], seed=4)
+    return numpy_model, kvtutor.TorchModel.from_numpy(numpy_model, device="cuda", dtype=torch.float32)
+
+
+@cuda_only
+def test_cuda_defaults_to_bf16():
+    model = kvtutor.TorchModel.random(CONFIGS["mha"])
+    assert model.device.type == "cuda" and model.dtype == torch.bfloat16
+    assert model.generate([IDS[:3]], 4).device.type == "cuda"
+
+
+@cuda_only
+def test_cuda_matches_numpy(cuda_pair):
+    numpy_model, ours = cuda_pair
+    ref = numpy_model.logits_without_cache(IDS)
+    cache = ours.new_cache(1)
+    np.testing.assert_allclose(np_(ours.prefill([IDS[:5]], cache))[0], ref[:5], atol=1e-4)
+    for i in range(5, 8):
+        np.testing.assert_allclose(np_(ours.decode_step([IDS[i]], cache))[0], ref[i], atol=1e-4)
+    assert ours.generate([IDS[:3]], 10)[0].tolist() == numpy_model.generate(IDS[:3], 10)
+
+
+@cuda_only
+@pytest.mark.parametrize("mode", ["cuda_graph", "compile"])
+def test_cuda_fast_decode_gives_the_same_tokens(cuda_pair, mode):
+    _, ours = cuda_pair
+    prompts = [IDS[:3], IDS[3:8]]
+    cache = ours.new_cache(2, 20)
+    for row, p in enumerate(prompts):
+        ours.prefill_row(p, cache, row)
+    ref_cache = ours.new_cache(2, 20)
+    for row, p in enumerate(prompts):
+        ours.prefill_row(p, ref_cache, row)
+    step = ours.compile_decode(cache, mode=mode)
+    assert cache.host_lengths == [3, 5] and cache.lengths.tolist() == [3, 5]  # capture changed nothing
+    tok, ref_tok = torch.tensor([1, 2], device="cuda"), torch.tensor([1, 2], device="cuda")
+    for _ in range(8):
+        tok = step(tok, check=False).argmax(-1)
+        ref_tok = ours.decode_step(ref_tok, ref_cache).argmax(-1)
+        assert torch.equal(tok, ref_tok)
+    assert cache.host_lengths == ref_cache.host_lengths == cache.lengths.tolist()
+    for layer in range(ours.config.n_layers):
+        for row in range(2):
+            torch.testing.assert_close(
+                cache.keys(layer, row), ref_cache.keys(layer, row), atol=1e-5, rtol=1e-5
+            )
+
+
+@cuda_only
+def test_cuda_graph_bf16_close_to_decode_step():
+    model = kvtutor.TorchModel.random(CONFIGS["mha"], seed=5)
+    caches = [model.new_cache(1, 16) for _ in range(2)]
+    for c in caches:
+        model.prefill(torch.tensor([IDS[:4]], device="cuda"), c)
+    step = model.compile_decode(caches[0])
+    for t in IDS[4:10]:
+        got = step(torch.tensor([t], device="cuda"), check=False).float()
+        ref = model.decode_step([t], caches[1]).float()
+        torch.testing.assert_close(got, ref, atol=0.05, rtol=0.05)  # bf16, different attention kernels
+    assert caches[0].host_lengths == caches[1].host_lengths == [10]
