@@ -57,21 +57,35 @@ class GPT2Weights:
 
     def to_state_dict(self) -> dict[str, np.ndarray]:
         """Hugging Face ``GPT2LMHeadModel`` naming (``transformer.`` prefix, c_attn fused)."""
-        sd = {"transformer.wte.weight": self.wte_VD, "transformer.wpe.weight": self.wpe_MD}
-        for i, ly in enumerate(self.layers):
-            p = f"transformer.h.{i}."
-            sd |= {
-                p + "ln_1.weight": ly.ln1_g, p + "ln_1.bias": ly.ln1_b,
-                p + "attn.c_attn.weight": np.concatenate([ly.w_q, ly.w_k, ly.w_v], axis=1),
-                p + "attn.c_attn.bias": np.concatenate([ly.b_q, ly.b_k, ly.b_v]),
-                p + "attn.c_proj.weight": ly.w_o, p + "attn.c_proj.bias": ly.b_o,
-                p + "ln_2.weight": ly.ln2_g, p + "ln_2.bias": ly.ln2_b,
-                p + "mlp.c_fc.weight": ly.w_fc, p + "mlp.c_fc.bias": ly.b_fc,
-                p + "mlp.c_proj.weight": ly.w_proj, p + "mlp.c_proj.bias": ly.b_proj,
-            }  # fmt: skip
-        sd |= {"transformer.ln_f.weight": self.lnf_g, "transformer.ln_f.bias": self.lnf_b}
-        sd["lm_head.weight"] = self.wte_VD
-        return sd
+
+        def fused_qkv(ly: LayerWeights) -> tuple[np.ndarray, np.ndarray]:
+            return np.concatenate([ly.w_q, ly.w_k, ly.w_v], axis=1), np.concatenate([ly.b_q, ly.b_k, ly.b_v])
+
+        return gpt2_state_dict(self, fused_qkv)
+
+
+def gpt2_state_dict(weights: Any, fused_qkv: Any) -> dict[str, Any]:
+    """Any model's weights -> Hugging Face ``GPT2LMHeadModel`` names.
+
+    ``weights`` has ``wte_VD``, ``wpe_MD``, ``layers`` (each with the ``LayerWeights`` field names)
+    and ``lnf_g``/``lnf_b``; ``fused_qkv(layer)`` returns c_attn's [D, D + 2 Hkv K] weight and bias.
+    Shared by the NumPy and the PyTorch model, whatever their arrays are.
+    """
+    sd = {"transformer.wte.weight": weights.wte_VD, "transformer.wpe.weight": weights.wpe_MD}
+    for i, ly in enumerate(weights.layers):
+        p = f"transformer.h.{i}."
+        w_qkv, b_qkv = fused_qkv(ly)
+        sd |= {
+            p + "ln_1.weight": ly.ln1_g, p + "ln_1.bias": ly.ln1_b,
+            p + "attn.c_attn.weight": w_qkv, p + "attn.c_attn.bias": b_qkv,
+            p + "attn.c_proj.weight": ly.w_o, p + "attn.c_proj.bias": ly.b_o,
+            p + "ln_2.weight": ly.ln2_g, p + "ln_2.bias": ly.ln2_b,
+            p + "mlp.c_fc.weight": ly.w_fc, p + "mlp.c_fc.bias": ly.b_fc,
+            p + "mlp.c_proj.weight": ly.w_proj, p + "mlp.c_proj.bias": ly.b_proj,
+        }  # fmt: skip
+    sd |= {"transformer.ln_f.weight": weights.lnf_g, "transformer.ln_f.bias": weights.lnf_b}
+    sd["lm_head.weight"] = weights.wte_VD
+    return sd
 
 
 def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

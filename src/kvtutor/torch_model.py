@@ -25,7 +25,13 @@ import torch
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
+from .gpt2_weights import (
+    GPT2Weights,
+    LayerWeights,
+    gpt2_state_dict,
+    random_weights,
+    weights_from_state_dict,
+)
 from .torch_cache import (
     ConcatKVCache,
     StaticKVCache,
@@ -499,19 +505,7 @@ class TorchModel:
 
     def to_gpt2_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights in Hugging Face ``GPT2LMHeadModel`` naming (Conv1D [in, out] layout, c_attn fused)."""
-        sd = {"transformer.wte.weight": self.wte_VD, "transformer.wpe.weight": self.wpe_MD}
-        for i, ly in enumerate(self.layers):
-            p = f"transformer.h.{i}."
-            sd |= {
-                p + "ln_1.weight": ly.ln1_g, p + "ln_1.bias": ly.ln1_b,
-                p + "attn.c_attn.weight": ly.w_qkv, p + "attn.c_attn.bias": ly.b_qkv,
-                p + "attn.c_proj.weight": ly.w_o, p + "attn.c_proj.bias": ly.b_o,
-                p + "ln_2.weight": ly.ln2_g, p + "ln_2.bias": ly.ln2_b,
-                p + "mlp.c_fc.weight": ly.w_fc, p + "mlp.c_fc.bias": ly.b_fc,
-                p + "mlp.c_proj.weight": ly.w_proj, p + "mlp.c_proj.bias": ly.b_proj,
-            }  # fmt: skip
-        sd |= {"transformer.ln_f.weight": self.lnf_g, "transformer.ln_f.bias": self.lnf_b}
-        sd["lm_head.weight"] = self.wte_VD
+        sd = gpt2_state_dict(self, lambda ly: (ly.w_qkv, ly.b_qkv))
         return {k: v.contiguous().clone() for k, v in sd.items()}
 
     def _weights(self) -> list[torch.Tensor]:
