@@ -78,7 +78,7 @@ serve:  ## serve the built book on http://127.0.0.1:$(PORT)/ (after `make book`)
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
 
 bench: $(STAMP)  ## measure this machine and record book/data/bench-cpu.json
-	$(PY) -m kvtutor bench --out book/data/bench-cpu.json
+	$(PY) -m kvtutor bench --size full --out book/data/bench-cpu.json
 
 # Pins the CPU torch wheel; without the pin pip resolves the multi-GB CUDA build.
 constraints:  ## re-pin constraints.txt from a fresh throwaway venv
