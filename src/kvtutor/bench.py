@@ -33,11 +33,15 @@ from . import costs, timing
 from .config import ModelConfig
 from .timing import (
     Measurement,
+    _dtype_name,
     bench_size,
     describe,
     measure_model_matmuls,
     probe_machine,
     time_fn,
+)
+from .timing import (
+    _torch_dtype as _dtype,
 )
 
 if TYPE_CHECKING:
@@ -147,21 +151,6 @@ def _torch():
     import torch
 
     return torch
-
-
-def _dtype(dtype: Any):
-    torch = _torch()
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
-    if dtype not in names:
-        raise ValueError(f"dtype: expected one of {sorted(names)} or a torch dtype, got {dtype!r}")
-    return names[dtype]
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(_dtype(dtype)).removeprefix("torch.")
 
 
 def _config_dict(cfg: ModelConfig) -> dict[str, Any]:
