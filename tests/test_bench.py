@@ -14,7 +14,7 @@ import kvtutor
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("kvtutor.torch_model")
-from kvtutor import bench  # noqa: E402
+from kvtutor import bench, timing  # noqa: E402
 
 SECTIONS = [
     "probe",
@@ -83,7 +83,19 @@ def test_sections_hold_the_numbers(recorded):
     assert ds["predicted_compute_bound_batch"] is None or ds["predicted_compute_bound_batch"] >= 1
     bw = r["decode_bandwidth"]
     assert bw["weight_bytes"] == kvtutor.costs.decode_weight_bytes(bench.MODELS["tiny"], 4)
-    assert bw["ratio_to_gemv"] == pytest.approx(bw["weight_bytes_per_s"] / r["ceilings"]["gemv_bandwidth"])
+    probe_ratio = bw["weight_bytes_per_s"] / r["ceilings"]["gemv_bandwidth"]
+    assert bw["ratio_to_probe_gemv"] == pytest.approx(probe_ratio)
+    # the goal's ratio pairs the step with a GEMV timed beside it: the median of alternating rounds
+    assert bw["gemv"]["shape"] == [timing.PROBE_SIZES["cpu"]["tiny"]["gemv_n"]] * 2
+    assert bw["ratio_to_gemv"] == pytest.approx(bw["weight_bytes_per_s"] / bw["gemv"]["bytes_per_s"])
+    ratios = sorted(x["ratio"] for x in bw["rounds"])
+    assert len(ratios) == max(tiny["repeats"], 5) and bw["ratio_to_gemv"] == ratios[(len(ratios) - 1) // 2]
+    for x in bw["rounds"]:
+        assert x["ratio"] == pytest.approx(x["weight_bytes_per_s"] / x["gemv_bytes_per_s"])
+    pm = r["prefill_vs_matmul"]
+    ratios = sorted(x["ratio"] for x in pm["rounds"])
+    assert len(ratios) == tiny["repeats"] and pm["ratio"] == ratios[(len(ratios) - 1) // 2]
+    assert pm["ratio"] == pytest.approx(pm["prefill"]["flops_per_s"] / pm["matmul"]["flops_per_s"])
     for key in ("small", "gpt2-small"):
         g = r["generate_vs_transformers"][key]
         assert g["identical_tokens"] is True  # same weights, greedy: the same tokens
@@ -159,6 +171,12 @@ def test_errors():
         bench.run("cpu", size="tiny", sections=["everything"])
     with pytest.raises(ValueError, match="^dtype:"):
         bench.ceilings({"matmul": {"float32": {}}, "hardware": {}}, "bfloat16")
+    tiny = bench.make_model("tiny")
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="^repeats:"):
+            bench.run_decode_bandwidth(tiny, 8, 0.0, bad, gemv_n=64)
+        with pytest.raises(ValueError, match="^repeats:"):
+            bench.run_prefill_vs_matmul(tiny, 8, 0.0, bad)
     with pytest.raises(SystemExit) as info:
         bench.main(["--device", "tpu"])
     assert info.value.code == 2

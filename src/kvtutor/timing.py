@@ -26,10 +26,13 @@ __all__ = [
     "time_fn",
     "hardware_info",
     "versions",
+    "gemv_probe",
     "measure_gemv_bandwidth",
     "measure_copy_bandwidth",
+    "matmul_probe",
     "measure_matmul_flops",
     "model_matmul_shapes",
+    "model_matmul_probe",
     "measure_model_matmuls",
     "probe_machine",
     "count_ops",
@@ -286,6 +289,29 @@ def _dtype_name(dtype: Any) -> str:
     return str(_torch_dtype(dtype)).removeprefix("torch.")
 
 
+def gemv_probe(n: int, device: str = "cpu", dtype: Any = "float32") -> Callable[..., dict[str, Any]]:
+    """Allocate y = A x with A [n, n] once; return ``measure(min_run_time=0.2, num_threads=None)``,
+    which times it now and returns what ``measure_gemv_bandwidth`` does. Call it again to measure
+    again (between other measurements) without allocating and filling A again."""
+    import torch
+
+    device = _check_device(device)
+    dt = _torch_dtype(dtype)
+    a_NN = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
+    x_N = torch.randn(n, device=device, dtype=dt)
+    y_N = torch.empty(n, device=device, dtype=dt)
+    nbytes = a_NN.numel() * a_NN.element_size()
+
+    def measure(min_run_time: float = 0.2, num_threads: int | None = None) -> dict[str, Any]:
+        m = time_fn(
+            lambda: torch.mv(a_NN, x_N, out=y_N), device, min_run_time=min_run_time, num_threads=num_threads
+        )
+        return {"matrix_bytes": nbytes, "shape": [n, n], "dtype": _dtype_name(dt), "time": m.as_dict(),
+                "bytes_per_s": nbytes / m.median_s}  # fmt: skip
+
+    return measure
+
+
 def measure_gemv_bandwidth(
     n: int,
     device: str = "cpu",
@@ -294,24 +320,7 @@ def measure_gemv_bandwidth(
     num_threads: int | None = None,
 ) -> dict[str, Any]:
     """Read bandwidth of y = A x with A [n, n]: bytes of A / time, the ceiling of a batch-1 decode step."""
-    import torch
-
-    device = _check_device(device)
-    dt = _torch_dtype(dtype)
-    a_NN = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
-    x_N = torch.randn(n, device=device, dtype=dt)
-    y_N = torch.empty(n, device=device, dtype=dt)
-    m = time_fn(
-        lambda: torch.mv(a_NN, x_N, out=y_N), device, min_run_time=min_run_time, num_threads=num_threads
-    )
-    nbytes = a_NN.numel() * a_NN.element_size()
-    return {
-        "matrix_bytes": nbytes,
-        "shape": [n, n],
-        "dtype": _dtype_name(dt),
-        "time": m.as_dict(),
-        "bytes_per_s": nbytes / m.median_s,
-    }
+    return gemv_probe(n, device, dtype)(min_run_time, num_threads)
 
 
 def measure_copy_bandwidth(
@@ -329,6 +338,30 @@ def measure_copy_bandwidth(
     return {"buffer_bytes": n * 4, "time": m.as_dict(), "bytes_per_s": moved / m.median_s}
 
 
+def matmul_probe(
+    m: int, k: int, n: int, device: str = "cpu", dtype: Any = "float32"
+) -> Callable[..., dict[str, Any]]:
+    """Allocate [m, k] @ [k, n] and its output once; return ``measure(min_run_time=0.2,
+    num_threads=None)``, which times ``torch.matmul`` now and returns what ``measure_matmul_flops`` does."""
+    import torch
+
+    device = _check_device(device)
+    dt = _torch_dtype(dtype)
+    a = torch.randn(m, k, device=device, dtype=torch.float32).to(dt)
+    b = torch.randn(k, n, device=device, dtype=torch.float32).to(dt)
+    out = torch.empty(m, n, device=device, dtype=dt)
+    flops = 2 * m * k * n
+
+    def measure(min_run_time: float = 0.2, num_threads: int | None = None) -> dict[str, Any]:
+        meas = time_fn(
+            lambda: torch.matmul(a, b, out=out), device, min_run_time=min_run_time, num_threads=num_threads
+        )
+        return {"shape": [m, k, n], "dtype": _dtype_name(dt), "flops": flops, "time": meas.as_dict(),
+                "flops_per_s": flops / meas.median_s}  # fmt: skip
+
+    return measure
+
+
 def measure_matmul_flops(
     m: int,
     k: int,
@@ -339,19 +372,7 @@ def measure_matmul_flops(
     num_threads: int | None = None,
 ) -> dict[str, Any]:
     """FLOP/s of ``torch.matmul`` of [m, k] @ [k, n] (2 m k n FLOPs), written into a preallocated output."""
-    import torch
-
-    device = _check_device(device)
-    dt = _torch_dtype(dtype)
-    a = torch.randn(m, k, device=device, dtype=torch.float32).to(dt)
-    b = torch.randn(k, n, device=device, dtype=torch.float32).to(dt)
-    out = torch.empty(m, n, device=device, dtype=dt)
-    meas = time_fn(
-        lambda: torch.matmul(a, b, out=out), device, min_run_time=min_run_time, num_threads=num_threads
-    )
-    flops = 2 * m * k * n
-    return {"shape": [m, k, n], "dtype": _dtype_name(dt), "flops": flops, "time": meas.as_dict(),
-            "flops_per_s": flops / meas.median_s}  # fmt: skip
+    return matmul_probe(m, k, n, device, dtype)(min_run_time, num_threads)
 
 
 def model_matmul_shapes(config: Any, n_tokens: int) -> list[dict[str, Any]]:
@@ -367,6 +388,30 @@ def model_matmul_shapes(config: Any, n_tokens: int) -> list[dict[str, Any]]:
     ]
 
 
+def model_matmul_probe(
+    config: Any, n_tokens: int, device: str = "cpu", dtype: Any = "float32"
+) -> Callable[..., dict[str, Any]]:
+    """Allocate the operands of every weight product of the model once; return ``measure(min_run_time=
+    0.2, num_threads=None)``, which times them now and returns what ``measure_model_matmuls`` does."""
+    shapes = model_matmul_shapes(config, n_tokens)
+    probes = [matmul_probe(*item["shape"], device, dtype) for item in shapes]
+
+    def measure(min_run_time: float = 0.2, num_threads: int | None = None) -> dict[str, Any]:
+        total_flops = 0
+        total_time = 0.0
+        rows = []
+        for item, probe in zip(shapes, probes, strict=True):
+            r = probe(min_run_time, num_threads)
+            r["name"], r["count"] = item["name"], item["count"]
+            total_flops += r["flops"] * item["count"]
+            total_time += r["time"]["median_s"] * item["count"]
+            rows.append(r)
+        return {"n_tokens": n_tokens, "dtype": _dtype_name(dtype), "shapes": rows, "flops": total_flops,
+                "time_s": total_time, "flops_per_s": total_flops / total_time}  # fmt: skip
+
+    return measure
+
+
 def measure_model_matmuls(
     config: Any,
     n_tokens: int,
@@ -377,18 +422,7 @@ def measure_model_matmuls(
 ) -> dict[str, Any]:
     """FLOP/s of ``torch.matmul`` in each of the model's own shapes, and all together: the FLOPs of
     one forward pass's weight products divided by the time those products take on their own."""
-    shapes = model_matmul_shapes(config, n_tokens)
-    total_flops = 0
-    total_time = 0.0
-    rows = []
-    for item in shapes:
-        r = measure_matmul_flops(*item["shape"], device, dtype, min_run_time, num_threads)
-        r["name"], r["count"] = item["name"], item["count"]
-        total_flops += r["flops"] * item["count"]
-        total_time += r["time"]["median_s"] * item["count"]
-        rows.append(r)
-    return {"n_tokens": n_tokens, "dtype": _dtype_name(dtype), "shapes": rows, "flops": total_flops,
-            "time_s": total_time, "flops_per_s": total_flops / total_time}  # fmt: skip
+    return model_matmul_probe(config, n_tokens, device, dtype)(min_run_time, num_threads)
 
 
 def probe_machine(
