@@ -28,6 +28,25 @@ def small_model() -> kvtutor.NumpyModel:
     return kvtutor.NumpyModel.random(cfg, seed=1)
 
 
+@pytest.fixture(scope="session")
+def random_hf_gpt2():
+    """transformers' GPT2LMHeadModel from a small config with random weights (3 layers, 4 heads,
+    d_model 24, vocab 61, 40 positions), weights scaled up so that any difference would show."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(
+        vocab_size=61, n_positions=40, n_embd=24, n_layer=3, n_head=4, n_inner=None,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # larger weights than the default init
+        for p in hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    hf.tie_weights()
+    return hf
+
+
 def cache_state(cache) -> tuple[int, list[np.ndarray]]:
     """Length and a copy of every layer's keys and values (to check that nothing changed)."""
     arrays = []

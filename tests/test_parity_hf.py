@@ -12,19 +12,9 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def hf_and_ours():
-    cfg = transformers.GPT2Config(
-        vocab_size=61, n_positions=32, n_embd=24, n_layer=3, n_head=4, n_inner=None,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():  # larger weights than the default init, so differences would show
-        for p in hf.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    hf.tie_weights()
-    ours = kvtutor.NumpyModel.from_gpt2_state_dict(hf.state_dict(), n_heads=4)
-    return hf, ours
+def hf_and_ours(random_hf_gpt2):
+    hf = random_hf_gpt2
+    return hf, kvtutor.NumpyModel.from_gpt2_state_dict(hf.state_dict(), n_heads=4)
 
 
 IDS = [5, 17, 3, 60, 0, 42, 8, 8, 21]
@@ -33,7 +23,7 @@ IDS = [5, 17, 3, 60, 0, 42, 8, 8, 21]
 def test_config_inferred_from_shapes(hf_and_ours):
     _, ours = hf_and_ours
     assert ours.config == kvtutor.ModelConfig(
-        vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=32
+        vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=40
     )
 
 

@@ -271,18 +271,8 @@ def test_accepts_lists_numpy_and_tensors(model):
 
 
 @pytest.fixture(scope="module")
-def hf_pair():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(
-        vocab_size=61, n_positions=40, n_embd=24, n_layer=3, n_head=4, n_inner=None,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():  # larger weights than the default init, so differences would show
-        for p in hf.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    hf.tie_weights()
+def hf_pair(random_hf_gpt2):
+    hf = random_hf_gpt2
     return hf, kvtutor.TorchModel.from_gpt2_state_dict(hf.state_dict(), n_heads=4, device="cpu")
 
 
