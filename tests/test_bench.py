@@ -99,7 +99,11 @@ def test_sections_hold_the_numbers(recorded):
     for key in ("small", "gpt2-small"):
         g = r["generate_vs_transformers"][key]
         assert g["identical_tokens"] is True  # same weights, greedy: the same tokens
-        assert g["speedup"] > 0
+        assert g["speedup"] > 0 and len(g["rounds"]) == tiny["repeats"]
+        assert g["speedup"] == sorted(g["rounds"])[(len(g["rounds"]) - 1) // 2]
+        assert g["speedup"] == pytest.approx(
+            g["transformers"]["time"]["median_s"] / g["ours"]["time"]["median_s"]
+        )
     for p in r["static_vs_concat"]["points"]:
         assert p["identical_tokens"] is True
         assert p["concat_copy_bytes"] > 0
@@ -177,6 +181,8 @@ def test_errors():
             bench.run_decode_bandwidth(tiny, 8, 0.0, bad, gemv_n=64)
         with pytest.raises(ValueError, match="^repeats:"):
             bench.run_prefill_vs_matmul(tiny, 8, 0.0, bad)
+        with pytest.raises(ValueError, match="^repeats:"):
+            bench.run_generate_vs_transformers("tiny", 4, 2, repeats=bad)
     with pytest.raises(SystemExit) as info:
         bench.main(["--device", "tpu"])
     assert info.value.code == 2

@@ -462,10 +462,12 @@ def run_generate_vs_transformers(
     seed: int = 0,
 ) -> dict[str, Any]:
     """``TorchModel.generate`` against ``transformers``' ``generate`` (greedy, its default cache):
-    same weights, the tokens of both checked equal, the speedup recorded.
+    same weights, the tokens of both checked equal, the speedup recorded: the two are timed in
+    ``repeats`` alternating rounds and ``speedup`` is the median round's ratio (``rounds`` holds all).
 
     Returns ``{"skipped": reason}`` when transformers is not installed.
     """
+    _check_repeats(repeats)
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -496,8 +498,13 @@ def run_generate_vs_transformers(
     with torch.no_grad(), _quiet_transformers():
         ours_tokens = ours_fn().cpu().tolist()
         hf_tokens = hf_fn().cpu().tolist()
-        m_ours = time_fn(ours_fn, device, warmup=0, min_repeats=repeats, min_run_time=min_run_time)
-        m_hf = time_fn(hf_fn, device, warmup=0, min_repeats=repeats, min_run_time=min_run_time)
+        rounds = []
+        for _ in range(repeats):  # alternating, so each ratio compares two runs made seconds apart
+            a = time_fn(ours_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
+            b = time_fn(hf_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
+            rounds.append({"ours": a, "transformers": b, "ratio": b.median_s / a.median_s})
+    mid = _median_round(rounds)
+    m_ours, m_hf = mid["ours"], mid["transformers"]
     same = ours_tokens == hf_tokens
     first_diff = None
     if not same:
@@ -512,7 +519,8 @@ def run_generate_vs_transformers(
         "first_difference": first_diff,
         "ours": {"time": m_ours.as_dict(), "tokens_per_s": n_new / m_ours.median_s},
         "transformers": {"time": m_hf.as_dict(), "tokens_per_s": n_new / m_hf.median_s},
-        "speedup": m_hf.median_s / m_ours.median_s,
+        "speedup": mid["ratio"],
+        "rounds": [r["ratio"] for r in rounds],
     }
 
 
@@ -873,9 +881,7 @@ def run(
             for key in ("generate_small", "generate_gpt2"):
                 name, prompt, n_new = sz[key]
                 label = "small" if key == "generate_small" else "gpt2-small"
-                gen[label] = run_generate_vs_transformers(
-                    name, prompt, n_new, device, "float32", min(reps, 3)
-                )
+                gen[label] = run_generate_vs_transformers(name, prompt, n_new, device, "float32", reps)
                 gen[label]["model"] = name
                 if on_gpu:
                     torch.cuda.empty_cache()
