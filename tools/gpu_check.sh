@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The one prepared run for a CUDA machine: the CUDA tests, then the full benchmark, in under 8
+# minutes on one large GPU. It needs only a python3 that has torch with CUDA (plus transformers,
+# pytest and hypothesis for the tests); kvtutor runs from src/ without being installed.
+#
+#   OUT=/some/dir bash tools/gpu_check.sh
+#
+# writes $OUT/cuda-tests.log, $OUT/bench.log and $OUT/bench-cuda.json (GPU name and date inside);
+# commit the JSON as book/data/bench-cuda.json and re-run `make notebooks`. DEVICE=cpu SIZE=tiny
+# rehearses the same steps on a machine without a GPU.
+set -u -o pipefail
+OUT=${OUT:-.}
+DEVICE=${DEVICE:-cuda}
+SIZE=${SIZE:-full}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+"$PY" - <<PYEOF || exit 2
+import torch
+print("torch", torch.__version__, "| cuda available:", torch.cuda.is_available(),
+      "|", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")
+assert "$DEVICE" == "cpu" or torch.cuda.is_available(), "DEVICE=cuda but torch sees no GPU"
+PYEOF
+status=0
+timeout 120 "$PY" -m pytest -q -p no:cacheprovider tests/test_torch_model.py tests/test_timing.py -k cuda \
+    2>&1 | tee "$OUT/cuda-tests.log" || status=1
+timeout 360 "$PY" -m kvtutor bench --device "$DEVICE" --size "$SIZE" --out "$OUT/bench-$DEVICE.json" \
+    2>&1 | tee "$OUT/bench.log" || status=1
+exit $status
