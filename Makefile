@@ -72,6 +72,7 @@ notebooks: $(KERNEL)  ## re-execute every book/*.ipynb in place and store the ou
 	  --to notebook --execute --inplace --ExecutePreprocessor.kernel_name=python3 \
 	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.store_widget_state=False book/*.ipynb
+	$(PY) tools/clean_outputs.py book/*.ipynb
 
 serve:  ## serve the built book on http://127.0.0.1:$(PORT)/ (after `make book`)
 	@test -f $(HTML)/index.html || { echo "no $(HTML)/index.html: run 'make book' first" >&2; exit 1; }
