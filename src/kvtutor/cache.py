@@ -132,7 +132,8 @@ class PreallocatedKVCache(_CacheBase):
         return view
 
     def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write at len .. len+T-1, in place."""
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write at len .. len+T-1, in
+        place."""
         n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
         self._pending[layer] = n_new
         end = self._length + n_new
@@ -177,7 +178,8 @@ class ConcatKVCache(_CacheBase):
         return self._v[layer][:, : self._length]
 
     def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: a new array = old ++ new (a full copy)."""
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: a new array = old ++ new
+        (a full copy)."""
         self._pending[layer] = self._check_new(layer, k_new_HTK, v_new_HTK)
         k = self._k[layer][:, : self._length]
         v = self._v[layer][:, : self._length]

@@ -46,13 +46,24 @@ __all__ = [
 # ---------------------------------------------------------------- the steps, in walkthrough order
 
 
-def embed(ids_T: np.ndarray, wte_VD: np.ndarray, wpe_MD: np.ndarray, start: int = 0) -> np.ndarray:
-    """[T], [V,D], [M,D] -> [T,D]: token embedding plus the embedding of positions start..start+T-1."""
+def embed(
+    ids_T: np.ndarray,
+    wte_VD: np.ndarray,
+    wpe_MD: np.ndarray,
+    start: int = 0,
+) -> np.ndarray:
+    """[T], [V,D], [M,D] -> [T,D]: token embedding plus the embedding of
+    positions start .. start+T-1."""
     ids_T = np.asarray(ids_T)
     return wte_VD[ids_T] + wpe_MD[start : start + len(ids_T)]
 
 
-def layer_norm(x_TD: np.ndarray, g_D: np.ndarray, b_D: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+def layer_norm(
+    x_TD: np.ndarray,
+    g_D: np.ndarray,
+    b_D: np.ndarray,
+    eps: float = 1e-5,
+) -> np.ndarray:
     """[T,D], [D], [D] -> [T,D]"""
     mean_T1 = x_TD.mean(axis=-1, keepdims=True)
     var_T1 = x_TD.var(axis=-1, keepdims=True)
@@ -64,8 +75,12 @@ def linear(x_TE: np.ndarray, w_EF: np.ndarray, b_F: np.ndarray) -> np.ndarray:
     return x_TE @ w_EF + b_F
 
 
-def project_qkv(x_TD: np.ndarray, layer: LayerWeights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """[T,D] -> q [T,H*K], k [T,Hkv*K], v [T,Hkv*K]: X @ W_Q, X @ W_K, X @ W_V (plus biases)."""
+def project_qkv(
+    x_TD: np.ndarray,
+    layer: LayerWeights,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[T,D] -> q [T,H*K], k [T,Hkv*K], v [T,Hkv*K]:
+    X @ W_Q, X @ W_K, X @ W_V (plus biases)."""
     return (
         linear(x_TD, layer.w_q, layer.b_q),
         linear(x_TD, layer.w_k, layer.b_k),
@@ -81,20 +96,23 @@ def split_heads(x_TD: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 def repeat_kv(k_HSK: np.ndarray, group_size: int) -> np.ndarray:
-    """[Hkv,S,K] -> [Hkv*group_size,S,K]: each KV head serves group_size query heads (GQA/MQA)."""
+    """[Hkv,S,K] -> [Hkv*group_size,S,K]: each KV head serves group_size
+    query heads (GQA/MQA)."""
     return k_HSK if group_size == 1 else np.repeat(k_HSK, group_size, axis=0)
 
 
 def attention_scores(q_HTK: np.ndarray, k_HSK: np.ndarray) -> np.ndarray:
-    """[H,T,K], [H,S,K] -> [H,T,S]: the raw dot products q_t . k_s (not yet scaled)."""
+    """[H,T,K], [H,S,K] -> [H,T,S]: the raw dot products q_t . k_s
+    (not yet scaled)."""
     return q_HTK @ k_HSK.transpose(0, 2, 1)
 
 
 def causal_mask(n_queries: int, n_keys: int) -> np.ndarray:
     """T, S -> [T,S] bool: True where query t may see key s.
 
-    The T queries are the last T of the S positions, so query t sits at position S - T + t and
-    sees keys 0 .. S - T + t. Prefill (T = S) gives the lower triangle; decode (T = 1) a full row.
+    The T queries are the last T of the S positions, so query t sits at
+    position S - T + t and sees keys 0 .. S - T + t. Prefill (T = S) gives
+    the lower triangle; decode (T = 1) a full row.
     """
     offset = n_keys - n_queries
     return np.arange(n_keys)[None, :] <= np.arange(n_queries)[:, None] + offset
@@ -106,28 +124,36 @@ def apply_mask(scores_HTS: np.ndarray, mask_TS: np.ndarray) -> np.ndarray:
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """[..., S] -> [..., S]: rows that sum to 1 (max subtracted for stability)."""
+    """[..., S] -> [..., S]: rows that sum to 1 (max subtracted for
+    stability)."""
     shifted = x - x.max(axis=axis, keepdims=True)
     e = np.exp(shifted)
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def attention_weights(scores_HTS: np.ndarray, d_head: int, mask_TS: np.ndarray | None) -> np.ndarray:
-    """[H,T,S], K, [T,S] or None -> [H,T,S]: mask, divide by sqrt(K), softmax over keys."""
+def attention_weights(
+    scores_HTS: np.ndarray,
+    d_head: int,
+    mask_TS: np.ndarray | None,
+) -> np.ndarray:
+    """[H,T,S], K, [T,S] or None -> [H,T,S]: mask, divide by sqrt(K),
+    softmax over keys."""
     if mask_TS is not None:
         scores_HTS = apply_mask(scores_HTS, mask_TS)
     return softmax(scores_HTS / math.sqrt(d_head))
 
 
 def attend(a_HTS: np.ndarray, v_HSK: np.ndarray) -> np.ndarray:
-    """[H,T,S], [H,S,K] -> [H,T,K]: each output row is a weighted mix of value rows."""
+    """[H,T,S], [H,S,K] -> [H,T,K]: each output row is a weighted mix of
+    value rows."""
     return a_HTS @ v_HSK
 
 
 def merge_heads(o_HTK: np.ndarray) -> np.ndarray:
     """[H,T,K] -> [T, H*K]"""
     n_heads, n_tokens, d_head = o_HTK.shape
-    return o_HTK.transpose(1, 0, 2).reshape(n_tokens, n_heads * d_head)  # (T, H*K)
+    o_THK = o_HTK.transpose(1, 0, 2)
+    return o_THK.reshape(n_tokens, n_heads * d_head)  # (T, H*K)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
@@ -137,7 +163,8 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 def ffn(x_TD: np.ndarray, layer: LayerWeights) -> np.ndarray:
     """[T,D] -> [T,D]: W_fc [D,F], GELU, W_proj [F,D]."""
-    return linear(gelu(linear(x_TD, layer.w_fc, layer.b_fc)), layer.w_proj, layer.b_proj)
+    h_TF = gelu(linear(x_TD, layer.w_fc, layer.b_fc))
+    return linear(h_TF, layer.w_proj, layer.b_proj)
 
 
 def attention(
@@ -150,8 +177,9 @@ def attention(
 ) -> np.ndarray:
     """[T,D] -> [T,D]: multi-head causal self-attention of T new tokens.
 
-    With a cache, the new K/V rows are stored at positions len(cache) .. len(cache)+T-1 and the
-    queries attend to all S = len(cache) + T keys. Without one, S = T (full recompute).
+    With a cache, the new K/V rows are stored at positions
+    len(cache) .. len(cache)+T-1 and the queries attend to all
+    S = len(cache) + T keys. Without one, S = T (full recompute).
     """
     q_TD, k_TD, v_TD = project_qkv(x_TD, layer)
     q_HTK = split_heads(q_TD, config.n_heads)
@@ -161,18 +189,21 @@ def attention(
         k_HSK, v_HSK = k_new_HTK, v_new_HTK
     else:
         k_HSK, v_HSK = cache.update(layer_index, k_new_HTK, v_new_HTK)
-        # one memory layout for every cache kind, so NumPy takes the same summation path for all
-        k_HSK, v_HSK = np.ascontiguousarray(k_HSK), np.ascontiguousarray(v_HSK)
+        # one memory layout for every cache kind: the same summation path
+        k_HSK = np.ascontiguousarray(k_HSK)
+        v_HSK = np.ascontiguousarray(v_HSK)
     n_new, n_keys = q_HTK.shape[1], k_HSK.shape[1]
     scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, config.group_size))
-    mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None  # one query row needs no mask
+    # one query row (decode) needs no mask: it may see every key
+    mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None
     a_HTS = attention_weights(scores_HTS, config.d_head, mask_TS)
     o_HTK = attend(a_HTS, repeat_kv(v_HSK, config.group_size))
     out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
     if trace is not None:
         trace.update(
-            q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy(), scores_HTS=scores_HTS,
-            a_HTS=a_HTS, o_HTK=o_HTK, attn_out_TD=out_TD,
+            q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy(),
+            scores_HTS=scores_HTS, a_HTS=a_HTS, o_HTK=o_HTK,
+            attn_out_TD=out_TD,
         )  # fmt: skip
     return out_TD
 
@@ -185,7 +216,8 @@ def block(
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """[T,D] -> [T,D]: x + attention(LN(x)), then x + FFN(LN(x)) (pre-LayerNorm, as GPT-2)."""
+    """[T,D] -> [T,D]: x + attention(LN(x)), then x + FFN(LN(x))
+    (pre-LayerNorm, as GPT-2)."""
     eps = config.layer_norm_eps
     h_TD = layer_norm(x_TD, layer.ln1_g, layer.ln1_b, eps)
     x_TD = x_TD + attention(h_TD, layer, config, cache, layer_index, trace)
@@ -196,7 +228,8 @@ def block(
 
 
 def lm_head(x_TD: np.ndarray, wte_VD: np.ndarray) -> np.ndarray:
-    """[T,D], [V,D] -> [T,V]: logits, using the token embedding as the output matrix (tied)."""
+    """[T,D], [V,D] -> [T,V]: logits, using the token embedding as the
+    output matrix (tied)."""
     return x_TD @ wte_VD.T
 
 
@@ -206,7 +239,8 @@ def sample(
     rng: np.random.Generator | None = None,
     top_k: int | None = None,
 ) -> int:
-    """[V] -> token id: argmax when temperature is 0, else a draw from softmax(logits / temperature)."""
+    """[V] -> token id: argmax when temperature is 0, else a draw from
+    softmax(logits / temperature)."""
     if temperature < 0:
         raise ValueError(f"temperature: expected >= 0, got {temperature}")
     if temperature == 0:
@@ -214,7 +248,9 @@ def sample(
     logits_V = np.asarray(logits_V, dtype=np.float64) / temperature
     if top_k is not None:
         if not 1 <= top_k <= len(logits_V):
-            raise ValueError(f"top_k: expected 1 <= top_k <= {len(logits_V)}, got {top_k}")
+            raise ValueError(
+                f"top_k: expected 1 <= top_k <= {len(logits_V)}, got {top_k}",
+            )
         kth = np.sort(logits_V)[-top_k]
         logits_V = np.where(logits_V < kth, -np.inf, logits_V)
     p_V = softmax(logits_V)
@@ -282,12 +318,15 @@ class NumpyModel:
             )
 
     def forward(
-        self, ids_T: Any, cache: KVCache | None = None, trace: list[dict] | None = None
+        self,
+        ids_T: Any,
+        cache: KVCache | None = None,
+        trace: list[dict] | None = None,
     ) -> np.ndarray:
         """[T] -> [T,V]: run T new tokens at positions len(cache) .. len(cache)+T-1.
 
-        Without a cache the tokens are the whole sequence (positions 0 .. T-1). ``trace``, if a
-        list, receives one dict of intermediate arrays per layer.
+        Without a cache the tokens are the whole sequence (positions 0 .. T-1).
+        ``trace``, if a list, receives one dict of intermediate arrays per layer.
         """
         cfg = self.config
         start = 0
@@ -298,8 +337,9 @@ class NumpyModel:
         room = cache.capacity if cache is not None else cfg.max_seq_len
         if start + len(ids_T) > room:
             raise ValueError(
-                f"ids_T: {len(ids_T)} tokens after {start} cached ones exceed the capacity {room}"
-            )
+                f"ids_T: {len(ids_T)} tokens after {start} cached ones "
+                f"exceed the capacity {room}"
+            )  # fmt: skip
         w = self.weights
         x_TD = embed(ids_T, w.wte_VD, w.wpe_MD, start)
         for i, layer in enumerate(w.layers):
@@ -318,13 +358,22 @@ class NumpyModel:
             raise TypeError("cache: expected a KV cache from new_cache(), got None")
         return self.forward(prompt_ids, cache, trace)
 
-    def decode_step(self, token_id: Any, cache: KVCache, trace: list[dict] | None = None) -> np.ndarray:
-        """one token id -> [V]: its q/k/v only; k/v written at position len(cache)."""
+    def decode_step(
+        self,
+        token_id: Any,
+        cache: KVCache,
+        trace: list[dict] | None = None,
+    ) -> np.ndarray:
+        """one token id -> [V]: its q/k/v only; k/v written at position
+        len(cache)."""
         if cache is None:
             raise TypeError("cache: expected a KV cache from new_cache(), got None")
         token_id = check_token_id(token_id, self.config.vocab_size, "token_id")
         if len(cache) == 0:
-            raise ValueError("cache: expected a prefilled cache for decode_step, got an empty one")
+            raise ValueError(
+                "cache: expected a prefilled cache for decode_step, "
+                "got an empty one"
+            )  # fmt: skip
         return self.forward([token_id], cache, trace)[0]
 
     def logits_without_cache(self, token_ids: Any) -> np.ndarray:
@@ -340,9 +389,11 @@ class NumpyModel:
         cache: KVCache | None = None,
         stop_token: int | None = None,
     ) -> list[int]:
-        """prompt [T] -> the NEW token ids: one prefill, then one decode step per token.
+        """prompt [T] -> the NEW token ids: one prefill, then one decode step
+        per token.
 
-        Greedy unless ``temperature > 0``. Stops early after emitting ``stop_token``.
+        Greedy unless ``temperature > 0``. Stops early after emitting
+        ``stop_token``.
         """
         cfg = self.config
         prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
@@ -351,7 +402,9 @@ class NumpyModel:
         else:
             self._check_cache(cache)
             if len(cache) != 0:
-                raise ValueError(f"cache: expected an empty cache, got one holding {len(cache)}")
+                raise ValueError(
+                    f"cache: expected an empty cache, got one holding {len(cache)}",
+                )
         check_max_new_tokens(max_new_tokens, len(prompt), cache.capacity)
         if stop_token is not None:
             check_token_id(stop_token, cfg.vocab_size, "stop_token")
