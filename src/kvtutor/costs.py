@@ -171,23 +171,29 @@ def layer_cost(
     dtype: Any = 4,
     cached: bool = True,
 ) -> Cost:
-    """One block running n_new tokens after n_past cached ones, in each of batch_size sequences.
+    """One block running n_new tokens after n_past cached ones, in each of
+    batch_size sequences.
 
-    With ``cached=False`` there is no cache: no keys or values are read from or written to one
-    (n_past must then be 0).
+    With ``cached=False`` there is no cache: no keys or values are read from
+    or written to one (n_past must then be 0).
     """
     cfg = _check_config(config)
     t = _check_int("n_new", n_new, 1)
     past = _check_int("n_past", n_past, 0)
     b = _check_int("batch_size", batch_size, 1)
     if not cached and past:
-        raise ValueError(f"n_past: expected 0 without a cache (cached=False), got {past}")
+        raise ValueError(
+            f"n_past: expected 0 without a cache (cached=False), got {past}"
+        )  # fmt: skip
     bpe = bytes_per_element(dtype)
-    d, f, h, k, hkv = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.d_head, cfg.n_kv_heads
+    d, f = cfg.d_model, cfg.d_ff
+    h, k, hkv = cfg.n_heads, cfg.d_head, cfg.n_kv_heads
     s = past + t
+    # multiply-adds per token: Q, K, V projections, W_O, the two FFN matrices
+    macs_per_token = d * (h * k + 2 * hkv * k) + d * d + 2 * d * f
     kv_row = 2 * hkv * k * bpe  # one token's keys and values in one layer
     return Cost(
-        matmul_flops=2 * b * t * (d * (h * k + 2 * hkv * k) + d * d + 2 * d * f),
+        matmul_flops=2 * b * t * macs_per_token,
         attention_flops=2 * 2 * b * h * t * s * k,
         weight_bytes=layer_weight_count(cfg) * bpe,
         kv_read_bytes=b * s * kv_row if cached else 0,
@@ -240,9 +246,10 @@ def generation_costs(
 ) -> list[Cost]:
     """The cost of each of n_new generated tokens, one entry per token.
 
-    Cached: token 1 comes from the prefill of the prompt, token i > 1 from a decode step at context
-    prompt_len + i - 1, so each costs O(context) (attention) on top of a constant. Uncached: token i
-    recomputes the whole sequence of prompt_len + i - 1 tokens, O(context) matrix products and
+    Cached: token 1 comes from the prefill of the prompt, token i > 1 from a
+    decode step at context prompt_len + i - 1, so each costs O(context)
+    (attention) on top of a constant. Uncached: token i recomputes the whole
+    sequence of prompt_len + i - 1 tokens, O(context) matrix products and
     O(context^2) attention, with logits only for the last position.
     """
     cfg = _check_config(config)
@@ -250,18 +257,22 @@ def generation_costs(
     n = _check_int("n_new", n_new, 0)
     if p + n - 1 > cfg.max_seq_len:
         raise ValueError(
-            f"n_new: prompt of {p} + {n} new tokens needs {p + n - 1} positions, "
-            f"more than max_seq_len {cfg.max_seq_len}"
-        )
+            f"n_new: prompt of {p} + {n} new tokens needs {p + n - 1} "
+            f"positions, more than max_seq_len {cfg.max_seq_len}"
+        )  # fmt: skip
     out = []
     for i in range(n):
         length = p + i
         if not cached:
-            out.append(forward_cost(cfg, length, 0, batch_size, dtype, cached=False, all_logits=False))
+            cost = forward_cost(
+                cfg, length, 0, batch_size, dtype,
+                cached=False, all_logits=False,
+            )  # fmt: skip
         elif i == 0:
-            out.append(forward_cost(cfg, p, 0, batch_size, dtype, all_logits=False))
+            cost = forward_cost(cfg, p, 0, batch_size, dtype, all_logits=False)
         else:
-            out.append(decode_cost(cfg, length, batch_size, dtype))
+            cost = decode_cost(cfg, length, batch_size, dtype)
+        out.append(cost)
     return out
 
 
@@ -292,13 +303,19 @@ def roofline_time(cost: Cost, peak_flops: float, bandwidth: float) -> float:
 
 
 def ridge_batch(
-    config: ModelConfig, context_len: int, peak_flops: float, bandwidth: float, dtype: Any = 4
+    config: ModelConfig,
+    context_len: int,
+    peak_flops: float,
+    bandwidth: float,
+    dtype: Any = 4,
 ) -> float:
-    """The batch size B (a real number) at which a decode step's intensity reaches the machine balance.
+    """The batch size B (a real number) at which a decode step's intensity
+    reaches the machine balance.
 
-    A decode step's FLOPs grow as B x a and its bytes as W + B x c (weights once, each sequence's
-    keys and values), so the intensity B a / (W + B c) crosses the balance r at B = r W / (a - r c).
-    ``math.inf`` when a <= r c: the KV reads alone keep the step memory-bound at any batch.
+    A decode step's FLOPs grow as B x a and its bytes as W + B x c (weights
+    once, each sequence's keys and values), so the intensity B a / (W + B c)
+    crosses the balance r at B = r W / (a - r c). ``math.inf`` when a <= r c:
+    the KV reads alone keep the step memory-bound at any batch.
     """
     balance = machine_balance(peak_flops, bandwidth)
     one = decode_cost(config, context_len, 1, dtype)

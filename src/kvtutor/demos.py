@@ -116,23 +116,31 @@ def attention_sdpa(
     is_causal: bool = False,
     mask_TS: np.ndarray | None = None,
 ) -> np.ndarray:
-    """[H,T,K], [Hkv,S,K], [Hkv,S,K] -> [H,T,K]: torch's ``scaled_dot_product_attention``.
+    """[H,T,K], [Hkv,S,K], [Hkv,S,K] -> [H,T,K]: torch's
+    ``scaled_dot_product_attention``.
 
-    ``is_causal=True`` builds a top-left aligned mask, so with a cache (T < S) it is WRONG;
-    passing ``mask_TS=causal_mask(T, S)`` (True = may attend) is right. Needs torch.
+    ``is_causal=True`` builds a top-left aligned mask, so with a cache (T < S)
+    it is WRONG; passing ``mask_TS=causal_mask(T, S)`` (True = may attend) is
+    right. Needs torch.
     """
     import torch
     import torch.nn.functional as F
 
     if is_causal and mask_TS is not None:
-        raise ValueError("is_causal: expected False when mask_TS is given, got True")
+        raise ValueError(
+            "is_causal: expected False when mask_TS is given, got True"
+        )  # fmt: skip
     group_size = q_HTK.shape[0] // k_HSK.shape[0]
     q = torch.from_numpy(np.ascontiguousarray(q_HTK))
     k = torch.from_numpy(np.ascontiguousarray(repeat_kv(k_HSK, group_size)))
     v = torch.from_numpy(np.ascontiguousarray(repeat_kv(v_HSK, group_size)))
-    mask = None if mask_TS is None else torch.from_numpy(np.asarray(mask_TS, dtype=bool))
+    mask = None
+    if mask_TS is not None:
+        mask = torch.from_numpy(np.asarray(mask_TS, dtype=bool))
     with torch.no_grad():
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal
+        )  # fmt: skip
     return o.numpy()
 
 
@@ -176,11 +184,17 @@ def _forward(model: NumpyModel, ids_T: Any, cache: KVCache | None, core: _Core) 
 
 
 def post_attention(
-    x_TD: np.ndarray, o_HTK: np.ndarray, layer: LayerWeights, config: ModelConfig
+    x_TD: np.ndarray,
+    o_HTK: np.ndarray,
+    layer: LayerWeights,
+    config: ModelConfig,
 ) -> np.ndarray:
-    """[T,D], [H,T,K] -> [T,D]: merge heads, W_O, residual; then LayerNorm, FFN, residual."""
+    """[T,D], [H,T,K] -> [T,D]: merge heads, W_O, residual; then LayerNorm,
+    FFN, residual.
+    """
     x_TD = x_TD + linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
-    return x_TD + ffn(layer_norm(x_TD, layer.ln2_g, layer.ln2_b, config.layer_norm_eps), layer)
+    h_TD = layer_norm(x_TD, layer.ln2_g, layer.ln2_b, config.layer_norm_eps)
+    return x_TD + ffn(h_TD, layer)
 
 
 def forward_offset_mask(model: NumpyModel, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
@@ -193,20 +207,35 @@ def forward_top_left_mask(model: NumpyModel, ids_T: Any, cache: KVCache | None =
     return _forward(model, ids_T, cache, lambda i, q, k, v: attention_top_left_mask(q, k, v))
 
 
-def decode_step_whole_buffer(model: NumpyModel, token_id: Any, cache: PreallocatedKVCache) -> np.ndarray:
-    """one token id -> [V]: WRONG: attends over all M rows of the buffer, not the len(cache) + 1 filled.
+def decode_step_whole_buffer(
+    model: NumpyModel,
+    token_id: Any,
+    cache: PreallocatedKVCache,
+) -> np.ndarray:
+    """one token id -> [V]: WRONG: attends over all M rows of the buffer, not
+    the len(cache) + 1 filled.
 
-    The new rows are written where they belong and the length grows by one, as in ``decode_step``;
-    the zero rows beyond them take part of every softmax, so the output is wrong unless the buffer
-    happens to be full (and from layer 1 on, the rows written inherit the error).
+    The new rows are written where they belong and the length grows by one, as
+    in ``decode_step``; the zero rows beyond them take part of every softmax,
+    so the output is wrong unless the buffer happens to be full (and from
+    layer 1 on, the rows written inherit the error).
     """
     _check_cache(model, cache, PreallocatedKVCache)
     token_id = check_token_id(token_id, model.config.vocab_size, "token_id")
     if len(cache) == 0:
-        raise ValueError("cache: expected a prefilled cache for decode_step_whole_buffer, got an empty one")
+        raise ValueError(
+            "cache: expected a prefilled cache for decode_step_whole_buffer, "
+            "got an empty one"
+        )  # fmt: skip
 
-    def core(i: int, q_H1K: np.ndarray, k_HSK: np.ndarray, v_HSK: np.ndarray) -> np.ndarray:
-        return masked_attention(q_H1K, cache.k_LHMK[i], cache.v_LHMK[i], None)  # [H, M, K]: every row
+    def core(
+        i: int,
+        q_H1K: np.ndarray,
+        k_HSK: np.ndarray,
+        v_HSK: np.ndarray,
+    ) -> np.ndarray:
+        # [H, M, K]: every row of the buffer, filled or not
+        return masked_attention(q_H1K, cache.k_LHMK[i], cache.v_LHMK[i], None)
 
     return _forward(model, [token_id], cache, core)[0]
 
@@ -276,23 +305,32 @@ def forward_storing_queries(model: NumpyModel, ids_T: Any, cache: KVCache, q_cac
 def forward_reading_cached_queries(
     model: NumpyModel, ids_T: Any, cache: KVCache, q_cache: QCache
 ) -> np.ndarray:
-    """[T] -> [T,V]: attention for ALL S stored queries (old and new), then only the last T rows kept.
+    """[T] -> [T,V]: attention for ALL S stored queries (old and new), then
+    only the last T rows kept.
 
-    The S - T older rows are recomputed and thrown away: no result depends on them, which
-    ``QCache.scramble`` makes visible (the logits do not change).
+    The S - T older rows are recomputed and thrown away: no result depends on
+    them, which ``QCache.scramble`` makes visible (the logits do not change).
     """
     _check_cache(model, cache)
     if len(q_cache) != len(cache):
         raise ValueError(
-            f"q_cache: expected {len(cache)} stored rows, as many as the KV cache, got {len(q_cache)}"
-        )
+            f"q_cache: expected {len(cache)} stored rows, "
+            f"as many as the KV cache, got {len(q_cache)}"
+        )  # fmt: skip
 
-    def core(i: int, q_HTK: np.ndarray, k_HSK: np.ndarray, v_HSK: np.ndarray) -> np.ndarray:
+    def core(
+        i: int,
+        q_HTK: np.ndarray,
+        k_HSK: np.ndarray,
+        v_HSK: np.ndarray,
+    ) -> np.ndarray:
         q_cache.append(i, q_HTK)
         q_all_HSK = q_cache.queries(i)
         n_keys = k_HSK.shape[1]
-        o_HSK = masked_attention(q_all_HSK, k_HSK, v_HSK, causal_mask(n_keys, n_keys))
-        return o_HSK[:, n_keys - q_HTK.shape[1] :]  # keep the rows of the new queries
+        mask_SS = causal_mask(n_keys, n_keys)
+        o_HSK = masked_attention(q_all_HSK, k_HSK, v_HSK, mask_SS)
+        # keep the rows of the new queries
+        return o_HSK[:, n_keys - q_HTK.shape[1] :]
 
     return _forward(model, ids_T, cache, core)
 
@@ -307,9 +345,12 @@ def generate_without_cache(
     temperature: float = 0.0,
     seed: int | None = None,
 ) -> list[int]:
-    """prompt [T] -> the new ids: every step runs the WHOLE sequence again (no cache at all)."""
+    """prompt [T] -> the new ids: every step runs the WHOLE sequence again
+    (no cache at all).
+    """
     cfg = model.config
-    ids = [int(i) for i in check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")]
+    prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
+    ids = [int(i) for i in prompt]
     check_max_new_tokens(max_new_tokens, len(ids), cfg.max_seq_len)
     rng = np.random.default_rng(seed)
     new: list[int] = []
@@ -328,10 +369,12 @@ def seed_generate(
     temperature: float = 0.0,
     seed: int | None = None,
 ) -> list[int]:
-    """prompt [T] -> the new ids [max_new]: the first source document's ``generate``, line by line.
+    """prompt [T] -> the new ids [max_new]: the first source document's
+    ``generate``, line by line.
 
-    One prefill over the prompt that keeps each layer's (K, V), then ``max_new`` decode steps that
-    concatenate one row onto them. Same tokens as ``NumpyModel.generate``.
+    One prefill over the prompt that keeps each layer's (K, V), then
+    ``max_new`` decode steps that concatenate one row onto them. Same tokens
+    as ``NumpyModel.generate``.
     """
     cfg, w = model.config, model.weights
     prompt_ids = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
@@ -342,13 +385,15 @@ def seed_generate(
     g, eps, sqrt_d_h = cfg.group_size, cfg.layer_norm_eps, math.sqrt(cfg.d_head)
 
     def lm_head_last(x_TD: np.ndarray) -> np.ndarray:
-        return lm_head(layer_norm(x_TD[-1:], w.lnf_g, w.lnf_b, eps), w.wte_VD)[0]
+        h_1D = layer_norm(x_TD[-1:], w.lnf_g, w.lnf_b, eps)
+        return lm_head(h_1D, w.wte_VD)[0]
 
     # prefill: the whole prompt at once
     x_TD = embed(prompt_ids, w.wte_VD, w.wpe_MD)
     kv_cache = []
     for layer in w.layers:
-        q_TD, k_TD, v_TD = project_qkv(layer_norm(x_TD, layer.ln1_g, layer.ln1_b, eps), layer)
+        h_TD = layer_norm(x_TD, layer.ln1_g, layer.ln1_b, eps)
+        q_TD, k_TD, v_TD = project_qkv(h_TD, layer)
         q_HTK = split_heads(q_TD, cfg.n_heads)
         k_HTK = split_heads(k_TD, cfg.n_kv_heads)
         v_HTK = split_heads(v_TD, cfg.n_kv_heads)
@@ -361,18 +406,22 @@ def seed_generate(
     next_token = sample(lm_head_last(x_TD), temperature, rng)
     new = [next_token]
 
-    # decode: one token per step, its K/V row concatenated onto each layer's cache
+    # decode: one token per step, its K/V row concatenated onto each
+    # layer's cache
     for step in range(1, max_new):
-        x_1D = embed([next_token], w.wte_VD, w.wpe_MD, start=len(prompt_ids) + step - 1)
+        position = len(prompt_ids) + step - 1
+        x_1D = embed([next_token], w.wte_VD, w.wpe_MD, start=position)
         for i, layer in enumerate(w.layers):
-            q_1D, k_1D, v_1D = project_qkv(layer_norm(x_1D, layer.ln1_g, layer.ln1_b, eps), layer)
+            h_1D = layer_norm(x_1D, layer.ln1_g, layer.ln1_b, eps)
+            q_1D, k_1D, v_1D = project_qkv(h_1D, layer)
             q_H1K = split_heads(q_1D, cfg.n_heads)
             k_H1K = split_heads(k_1D, cfg.n_kv_heads)
             v_H1K = split_heads(v_1D, cfg.n_kv_heads)
             k_full_HSK = np.concatenate([kv_cache[i][0], k_H1K], axis=1)
             v_full_HSK = np.concatenate([kv_cache[i][1], v_H1K], axis=1)
             kv_cache[i] = (k_full_HSK, v_full_HSK)
-            scores_H1S = attention_scores(q_H1K, repeat_kv(k_full_HSK, g)) / sqrt_d_h
+            k_rep_HSK = repeat_kv(k_full_HSK, g)
+            scores_H1S = attention_scores(q_H1K, k_rep_HSK) / sqrt_d_h
             a_H1S = softmax(scores_H1S)
             o_H1K = attend(a_H1S, repeat_kv(v_full_HSK, g))
             x_1D = post_attention(x_1D, o_H1K, layer, cfg)

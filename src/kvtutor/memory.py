@@ -74,16 +74,23 @@ def dtype_bytes(dtype: str) -> float:
 
 
 def kv_bytes_per_token(spec: ModelSpec, dtype: str = "bf16") -> int:
-    """2 x L x Hkv x K x bytes: what one more token adds to the cache, in every layer."""
+    """2 x L x Hkv x K x bytes: what one more token adds to the cache, in every
+    layer."""
     _check_spec(spec)
     return _nbytes(2 * spec.n_layers * spec.kv_width, _check_dtype(dtype))
 
 
-def kv_bytes_per_sequence(spec: ModelSpec, seq_len: int, dtype: str = "bf16") -> int:
-    """One sequence of seq_len tokens; layers with a sliding window keep only the last W tokens."""
+def kv_bytes_per_sequence(
+    spec: ModelSpec,
+    seq_len: int,
+    dtype: str = "bf16",
+) -> int:
+    """One sequence of seq_len tokens; layers with a sliding window keep only
+    the last W tokens."""
     _check_spec(spec)
     _check_count("seq_len", seq_len)
-    return _nbytes(2 * spec.kv_width * spec.cached_tokens(seq_len), _check_dtype(dtype))
+    n_numbers = 2 * spec.kv_width * spec.cached_tokens(seq_len)
+    return _nbytes(n_numbers, _check_dtype(dtype))
 
 
 def kv_bytes_total(spec: ModelSpec, seq_len: int, batch: int, dtype: str = "bf16") -> int:
@@ -99,10 +106,15 @@ def weights_bytes(spec: ModelSpec, dtype: str = "bf16") -> int:
 
 
 def max_batch(
-    spec: ModelSpec, seq_len: int, memory_bytes: int, dtype: str = "bf16", weights_dtype: str | None = None
+    spec: ModelSpec,
+    seq_len: int,
+    memory_bytes: int,
+    dtype: str = "bf16",
+    weights_dtype: str | None = None,
 ) -> int:
-    """The largest batch of seq_len-token sequences whose cache fits in memory_bytes next to the
-    weights (0 when not even one does). Activations and framework overhead are ignored."""
+    """The largest batch of seq_len-token sequences whose cache fits in
+    memory_bytes next to the weights (0 when not even one does). Activations
+    and framework overhead are ignored."""
     _check_count("memory_bytes", memory_bytes)
     room = memory_bytes - weights_bytes(spec, weights_dtype or dtype)
     return max(0, room // kv_bytes_per_sequence(spec, seq_len, dtype))

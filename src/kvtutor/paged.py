@@ -50,11 +50,13 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
 
 
 class BlockAllocator:
-    """The bookkeeping of a block pool: a free list and a reference count per block (no data)."""
+    """The bookkeeping of a block pool: a free list and a reference count per
+    block (no data)."""
 
     def __init__(self, n_blocks: int) -> None:
         self.n_blocks = _check_int("n_blocks", n_blocks, 1)
-        self.free_list: list[int] = list(range(self.n_blocks - 1, -1, -1))  # pop() hands out 0 first
+        # highest block first, so that pop() hands out block 0 first
+        self.free_list: list[int] = list(range(self.n_blocks - 1, -1, -1))
         self.refcount = [0] * self.n_blocks
 
     @property
@@ -68,18 +70,23 @@ class BlockAllocator:
     def allocate(self) -> int:
         """Take a block off the free list (reference count 1)."""
         if not self.free_list:
-            raise ValueError(f"allocate: expected a free block, got none of {self.n_blocks} free")
+            raise ValueError(
+                "allocate: expected a free block, "
+                f"got none of {self.n_blocks} free"
+            )  # fmt: skip
         block = self.free_list.pop()
         self.refcount[block] = 1
         return block
 
     def retain(self, block: int) -> None:
-        """One more owner of an allocated block (a forked sequence shares it)."""
+        """One more owner of an allocated block (a forked sequence shares
+        it)."""
         self._check_allocated(block)
         self.refcount[block] += 1
 
     def release(self, block: int) -> None:
-        """One owner less; the block goes back on the free list when nobody holds it."""
+        """One owner less; the block goes back on the free list when nobody
+        holds it."""
         self._check_allocated(block)
         self.refcount[block] -= 1
         if self.refcount[block] == 0:
@@ -88,7 +95,10 @@ class BlockAllocator:
     def _check_allocated(self, block: int) -> None:
         _check_int("block", block, 0, self.n_blocks - 1)
         if self.refcount[block] == 0:
-            raise ValueError(f"block: expected an allocated block, got free block {block}")
+            raise ValueError(
+                "block: expected an allocated block, "
+                f"got free block {block}"
+            )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -246,7 +256,9 @@ class PagedKVCache(_CacheBase):
         blocks = self.block_table[: self.n_blocks_needed(length)]
         x_NHPK = buf_LNHPK[layer, blocks]
         x_HNPK = x_NHPK.transpose(1, 0, 2, 3)  # (H, n, P, K)
-        return x_HNPK.reshape(self.n_kv_heads, len(blocks) * self.pool.block_size, self.d_head)[:, :length]
+        n_positions = len(blocks) * self.pool.block_size
+        x_HSK = x_HNPK.reshape(self.n_kv_heads, n_positions, self.d_head)
+        return x_HSK[:, :length]
 
     def keys(self, layer: int) -> np.ndarray:
         """[H, len, K], gathered from the blocks (a copy)."""
@@ -260,24 +272,29 @@ class PagedKVCache(_CacheBase):
 
     # ------------------------------------------------------------ writing
     def _prepare(self, n_new: int) -> None:
-        """Make the blocks for positions len .. len+n_new-1 exist and be this sequence's alone.
+        """Make the blocks for positions len .. len+n_new-1 exist and be this
+        sequence's alone.
 
-        Counts first and raises before changing anything when the free list is too short.
+        Counts first and raises before changing anything when the free list is
+        too short.
         """
         alloc = self.pool.allocator
-        first, need = self._length // self.block_size, self.n_blocks_needed(self._length + n_new)
+        first = self._length // self.block_size
+        need = self.n_blocks_needed(self._length + n_new)
         shared = [
             j
             for j in range(first, min(need, len(self.block_table)))
             if alloc.refcount[self.block_table[j]] > 1
         ]
         missing = max(0, need - len(self.block_table))
-        if missing + len(shared) > alloc.n_free:
+        n_wanted = missing + len(shared)
+        if n_wanted > alloc.n_free:
             raise ValueError(
-                f"k_new_HTK: {n_new} new tokens need {missing + len(shared)} free blocks, "
+                f"k_new_HTK: {n_new} new tokens need {n_wanted} free blocks, "
                 f"the pool has {alloc.n_free} of {alloc.n_blocks}"
             )
-        for j in shared:  # copy-on-write: this sequence gets its own copy of the block
+        # copy-on-write: this sequence gets its own copy of each shared block
+        for j in shared:
             old, new = self.block_table[j], alloc.allocate()
             self.pool._copy_block(old, new)
             alloc.release(old)
@@ -285,21 +302,27 @@ class PagedKVCache(_CacheBase):
         self.block_table += [alloc.allocate() for _ in range(missing)]
 
     def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write into the blocks at len .. len+T-1."""
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write into the blocks at
+        len .. len+T-1."""
         if not self.live:
-            raise ValueError("cache: expected a live sequence, got one that was freed")
+            raise ValueError(
+                "cache: expected a live sequence, got one that was freed",
+            )
         n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
         self._prepare(n_new)
         pos, done, size = self._length, 0, self.block_size
         while done < n_new:
             block, offset = self.block_table[pos // size], pos % size
             rows = min(size - offset, n_new - done)
-            self.pool.k_LNHPK[layer, block, :, offset : offset + rows] = k_new_HTK[:, done : done + rows]
-            self.pool.v_LNHPK[layer, block, :, offset : offset + rows] = v_new_HTK[:, done : done + rows]
+            dst, src = slice(offset, offset + rows), slice(done, done + rows)
+            self.pool.k_LNHPK[layer, block, :, dst] = k_new_HTK[:, src]
+            self.pool.v_LNHPK[layer, block, :, dst] = v_new_HTK[:, src]
             pos, done = pos + rows, done + rows
         self._written[layer] = self._length + n_new
         end = self._length + n_new
-        return self._gather(self.pool.k_LNHPK, layer, end), self._gather(self.pool.v_LNHPK, layer, end)
+        keys_HSK = self._gather(self.pool.k_LNHPK, layer, end)
+        values_HSK = self._gather(self.pool.v_LNHPK, layer, end)
+        return keys_HSK, values_HSK
 
     def advance(self, n_tokens: int) -> None:
         self._check_count("n_tokens", n_tokens, 0, min(self._written) - self._length)

@@ -334,32 +334,39 @@ def run_serving(
 ) -> ServingTrace:
     """requests -> ServingTrace: serve them step by step with greedy decoding.
 
-    Every step, in order: (1) fill free slots with requests that have arrived (first come, first
-    served) and prefill each, which gives its first token; (2) one batched decode step for every
-    other running request, one token each; (3) requests that have all their tokens leave.
-    ``"continuous"`` admits whenever a slot is free; ``"static"`` admits only into an empty batch
-    and keeps every slot until the batch's longest request has finished.
+    Every step, in order: (1) fill free slots with requests that have arrived
+    (first come, first served) and prefill each, which gives its first token;
+    (2) one batched decode step for every other running request, one token
+    each; (3) requests that have all their tokens leave. ``"continuous"``
+    admits whenever a slot is free; ``"static"`` admits only into an empty
+    batch and keeps every slot until the batch's longest request has finished.
     """
     cfg = _check_model(model, "model")
     records = check_requests(requests, cfg)
     max_batch_size = _check_int("max_batch_size", max_batch_size, 1)
     if policy not in ("continuous", "static"):
-        raise ValueError(f"policy: expected 'continuous' or 'static', got {policy!r}")
+        raise ValueError(
+            f"policy: expected 'continuous' or 'static', got {policy!r}",
+        )
     trace = ServingTrace(policy, max_batch_size, records)
     for r in records:
-        if r.max_new_tokens == 0:  # nothing to do: done on arrival, never holds a slot
+        # nothing to do: done on arrival, never holds a slot
+        if r.max_new_tokens == 0:
             r.admit_step = r.finish_step = r.arrival_step
-    waiting = deque(sorted((r for r in records if r.max_new_tokens), key=lambda r: r.arrival_step))
+    to_serve = (r for r in records if r.max_new_tokens)
+    waiting = deque(sorted(to_serve, key=lambda r: r.arrival_step))
     if not waiting:
         return trace
-    engine = _engine(model, max_batch_size, max(len(r.prompt_ids) + r.max_new_tokens for r in waiting))
+    capacity = max(len(r.prompt_ids) + r.max_new_tokens for r in waiting)
+    engine = _engine(model, max_batch_size, capacity)
     running: dict[int, RequestRecord] = {}  # batch slot -> the request in it
     step = waiting[0].arrival_step
     while waiting or running:
         if not running and waiting[0].arrival_step > step:
             step = waiting[0].arrival_step  # idle until the next arrival
         start = time.perf_counter()
-        # (1) join: arrived requests take free slots; each is prefilled, which gives its first token
+        # (1) join: arrived requests take free slots; each is prefilled, which
+        # gives its first token
         admitted = []
         if policy == "continuous" or not running:
             free = [s for s in range(max_batch_size) if s not in running]
@@ -369,20 +376,26 @@ def run_serving(
                 r.tokens.append(engine.prefill(slot, r.prompt_ids))
                 running[slot] = r
                 admitted.append(slot)
-        # (2) decode: every other unfinished request gains one token, all in one batched step
-        decoding = [s for s, r in running.items() if s not in admitted and not r.done]
+        # (2) decode: every other unfinished request gains one token, all in
+        # one batched step
+        unfinished = [s for s, r in running.items() if not r.done]
+        decoding = [s for s in unfinished if s not in admitted]
         if decoding:
-            next_tokens = engine.decode(decoding, [running[s].tokens[-1] for s in decoding])
+            last_tokens = [running[s].tokens[-1] for s in decoding]
+            next_tokens = engine.decode(decoding, last_tokens)
             for slot, token in zip(decoding, next_tokens, strict=True):
                 running[slot].tokens.append(token)
-        # (3) leave: finished requests free their slots (static: only once the whole batch is done)
+        # (3) leave: finished requests free their slots (static: only once the
+        # whole batch is done)
         held = len(running)
         for r in running.values():
             if r.done and r.finish_step < 0:
                 r.finish_step = step
         if policy == "continuous" or all(r.done for r in running.values()):
             running = {s: r for s, r in running.items() if not r.done}
-        trace.steps.append(StepRecord(step, len(admitted), len(decoding), held, time.perf_counter() - start))
+        seconds = time.perf_counter() - start
+        record = StepRecord(step, len(admitted), len(decoding), held, seconds)
+        trace.steps.append(record)
         step += 1
     return trace
 
@@ -461,13 +474,16 @@ def verify_draft(
     draft_tokens: Sequence[int],
     rng: np.random.Generator,
 ) -> tuple[int, int]:
-    """[k+1,V] target probs, [k,V] draft probs (None: a deterministic draft), k drafts -> (kept, next).
+    """[k+1,V] target probs, [k,V] draft probs (None: a deterministic draft),
+    k drafts -> (kept, next).
 
-    Draft token i is kept with probability min(1, p_i(d) / q_i(d)); at the first rejection the
-    next token is drawn from the residual max(0, p_i - q_i), normalised, and the rest is thrown
-    away. If all k are kept the next token comes from p_k, the target's distribution after them.
-    The tokens that come out are distributed exactly as if the target had sampled them itself.
-    With temperature 0, p and q are one-hot: a draft is kept iff it is the target's argmax.
+    Draft token i is kept with probability min(1, p_i(d) / q_i(d)); at the
+    first rejection the next token is drawn from the residual
+    max(0, p_i - q_i), normalised, and the rest is thrown away. If all k are
+    kept the next token comes from p_k, the target's distribution after them.
+    The tokens that come out are distributed exactly as if the target had
+    sampled them itself. With temperature 0, p and q are one-hot: a draft is
+    kept iff it is the target's argmax.
     """
     for i, token in enumerate(draft_tokens):
         p_V = p_TV[i]
@@ -476,7 +492,8 @@ def verify_draft(
             q_V[token] = 1.0
         else:
             q_V = q_KV[i]
-        if p_V[token] >= q_V[token] or (p_V[token] > 0 and rng.random() < p_V[token] / q_V[token]):
+        p_d, q_d = p_V[token], q_V[token]
+        if p_d >= q_d or (p_d > 0 and rng.random() < p_d / q_d):
             continue  # accepted
         residual_V = np.maximum(p_V - q_V, 0.0)
         if not residual_V.sum() > 0:  # only through rounding: p and q equal
@@ -695,19 +712,24 @@ def speculative_run(
     seed: int | None = None,
     cache: Any = None,
 ) -> SpeculativeResult:
-    """prompt [T] -> SpeculativeResult: ``speculative_generate`` with what each round proposed and kept.
+    """prompt [T] -> SpeculativeResult: ``speculative_generate`` with what each
+    round proposed and kept.
 
-    The target's cache holds every token but the last one between rounds; a round feeds that
-    token and the k guesses as one block of k + 1 query rows, then truncates the cache back to
-    the tokens it kept. ``cache`` (optional, empty) is the target's, to inspect afterwards.
+    The target's cache holds every token but the last one between rounds; a
+    round feeds that token and the k guesses as one block of k + 1 query rows,
+    then truncates the cache back to the tokens it kept. ``cache`` (optional,
+    empty) is the target's, to inspect afterwards.
     """
     target_cfg = _check_model(target, "target")
     drafter = _as_draft(draft, target_cfg)
-    prompt = [int(t) for t in check_token_ids(prompt_ids, target_cfg.vocab_size, "prompt_ids")]
+    token_ids = check_token_ids(prompt_ids, target_cfg.vocab_size, "prompt_ids")
+    prompt = [int(t) for t in token_ids]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k: expected an int, got {type(k).__name__}")
     if k < 0:
-        raise ValueError(f"k: expected an int >= 0 (0 = plain decoding), got {k}")
+        raise ValueError(
+            f"k: expected an int >= 0 (0 = plain decoding), got {k}",
+        )
     temperature = _check_temperature(temperature)
     runner = _Runner(target)
     if cache is None:
@@ -715,28 +737,34 @@ def speculative_run(
     else:
         runner.check_cache(cache, "cache")
     check_max_new_tokens(max_new_tokens, len(prompt), runner.capacity(cache))
-    if isinstance(drafter, ModelDraft) and len(prompt) + max_new_tokens > drafter.model.config.max_seq_len:
-        raise ValueError(
-            f"max_new_tokens: prompt of {len(prompt)} + {max_new_tokens} new tokens exceeds the "
-            f"draft's max_seq_len {drafter.model.config.max_seq_len}"
-        )
+    if isinstance(drafter, ModelDraft):
+        draft_max_len = drafter.model.config.max_seq_len
+        if len(prompt) + max_new_tokens > draft_max_len:
+            raise ValueError(
+                f"max_new_tokens: prompt of {len(prompt)} + {max_new_tokens} "
+                f"new tokens exceeds the draft's max_seq_len {draft_max_len}"
+            )  # fmt: skip
     rng = np.random.default_rng(seed)
     result = SpeculativeResult([], int(k))
     start = time.perf_counter()
     seq = list(prompt)
     if max_new_tokens and len(prompt) > 1:
-        runner.forward(prompt[:-1], cache)  # prefill; the last prompt token opens the first round
+        # prefill; the last prompt token opens the first round
+        runner.forward(prompt[:-1], cache)
     while len(result.tokens) < max_new_tokens:
         k_round = min(k, max_new_tokens - len(result.tokens) - 1)
         guesses, q_KV = drafter.propose(seq, k_round, temperature, rng)
         guesses = guesses[:k_round]
-        # one target pass over k + 1 query rows: the last token and the guesses after it
-        p_TV = token_probs(runner.forward([seq[-1], *guesses], cache), temperature)
+        # one target pass over k + 1 query rows: the last token and the
+        # guesses after it
+        logits_TV = runner.forward([seq[-1], *guesses], cache)
+        p_TV = token_probs(logits_TV, temperature)
         kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
         new = [*guesses[:kept], next_token]
         seq += new
         result.tokens += new
-        runner.truncate(cache, len(seq) - 1)  # forget the K/V rows of rejected guesses
+        # forget the K/V rows of rejected guesses
+        runner.truncate(cache, len(seq) - 1)
         drafter.rollback(len(seq) - 1)
         result.proposed.append(len(guesses))
         result.accepted.append(kept)

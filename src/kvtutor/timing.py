@@ -125,11 +125,13 @@ def time_fn(
     min_run_time: float = 0.2,
     num_threads: int | None = None,
 ) -> Measurement:
-    """Time ``fn()``: warm-up calls, then samples until both min_repeats and min_run_time are reached.
+    """Time ``fn()``: warm-up calls, then samples until both min_repeats and
+    min_run_time are reached.
 
-    CPU: ``torch.utils.benchmark.Timer`` with ``num_threads`` (default ``torch.get_num_threads()``);
-    calls that take under a millisecond are grouped so that each sample lasts about one. CUDA: a
-    pair of CUDA events around every call and one synchronisation at the end, so the time is the
+    CPU: ``torch.utils.benchmark.Timer`` with ``num_threads`` (default
+    ``torch.get_num_threads()``); calls that take under a millisecond are
+    grouped so that each sample lasts about one. CUDA: a pair of CUDA events
+    around every call and one synchronisation at the end, so the time is the
     device's, launch gaps included.
     """
     if not callable(fn):
@@ -143,7 +145,10 @@ def time_fn(
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
     if max_repeats < min_repeats:
-        raise ValueError(f"max_repeats: expected >= min_repeats={min_repeats}, got {max_repeats}")
+        raise ValueError(
+            f"max_repeats: expected >= min_repeats={min_repeats}, "
+            f"got {max_repeats}"
+        )  # fmt: skip
     import torch
 
     if device.startswith("cuda"):
@@ -153,31 +158,44 @@ def time_fn(
         events = []
         spent = 0.0
         wall0 = time.perf_counter()
-        while len(events) < min_repeats or (spent < min_run_time and len(events) < max_repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        while len(events) < min_repeats or (
+            spent < min_run_time and len(events) < max_repeats
+        ):  # fmt: skip
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             events.append((start, end))
-            if len(events) % 8 == 0:  # bound the queue; the events still time the device
+            # bound the queue; the events still time the device
+            if len(events) % 8 == 0:
                 end.synchronize()
             spent = time.perf_counter() - wall0
         torch.cuda.synchronize(device)
-        return Measurement.from_times([s.elapsed_time(e) / 1e3 for s, e in events])
+        seconds = [s.elapsed_time(e) / 1e3 for s, e in events]
+        return Measurement.from_times(seconds)
 
     from torch.utils.benchmark import Timer
 
     threads = torch.get_num_threads() if num_threads is None else num_threads
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"num_threads: expected an int >= 1, got {num_threads!r}")
+        raise ValueError(
+            f"num_threads: expected an int >= 1, got {num_threads!r}"
+        )  # fmt: skip
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     estimate = math.inf
     for _ in range(max(warmup, 1)):
         estimate = min(estimate, timer.timeit(1).median)
-    number = 1 if estimate >= 1e-3 else max(1, min(10_000, int(1e-3 / max(estimate, 1e-7))))
+    # calls per sample: enough for a sample to last about a millisecond
+    if estimate >= 1e-3:
+        number = 1
+    else:
+        number = max(1, min(10_000, int(1e-3 / max(estimate, 1e-7))))
     times: list[float] = []
     spent = 0.0
-    while len(times) < min_repeats or (spent < min_run_time and len(times) < max_repeats):
+    while len(times) < min_repeats or (
+        spent < min_run_time and len(times) < max_repeats
+    ):  # fmt: skip
         per_call = timer.timeit(number).median
         times.append(per_call)
         spent += per_call * number

@@ -336,8 +336,16 @@ class StaticKVCache(TorchKVCache):
             else:
                 plan.mask = causal_mask(n_new, start + n_new, self.device)
 
-    def _store(self, layer: int, k_new_BHTK: torch.Tensor, v_new_BHTK: torch.Tensor, plan: _Plan):
-        """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: write the new rows in place, return what the queries see."""
+    def _store(
+        self,
+        layer: int,
+        k_new_BHTK: torch.Tensor,
+        v_new_BHTK: torch.Tensor,
+        plan: _Plan,
+    ):
+        """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: write the new rows in place,
+        return what the queries see.
+        """
         k_l, v_l = self._k[layer], self._v[layer]
         if plan.write_idx is None:  # a common start: slice and copy
             start, end = plan.start, plan.n_keys
@@ -347,9 +355,13 @@ class StaticKVCache(TorchKVCache):
             v_l.narrow(2, start, plan.n_new).copy_(v_new_BHTK)
             return k_l.narrow(2, 0, end), v_l.narrow(2, 0, end)
         if plan.write_rows is not None:
-            k_new_BHTK, v_new_BHTK = k_new_BHTK[plan.write_rows], v_new_BHTK[plan.write_rows]
-        self._k_flat[layer].index_copy_(0, plan.write_idx, k_new_BHTK.reshape(-1, self.d_head))
-        self._v_flat[layer].index_copy_(0, plan.write_idx, v_new_BHTK.reshape(-1, self.d_head))
+            write_rows = plan.write_rows
+            k_new_BHTK, v_new_BHTK = k_new_BHTK[write_rows], v_new_BHTK[write_rows]
+        # one row of the flat (B*Hkv*M, K) views per (sequence, head, new token)
+        k_rows = k_new_BHTK.reshape(-1, self.d_head)
+        self._k_flat[layer].index_copy_(0, plan.write_idx, k_rows)
+        v_rows = v_new_BHTK.reshape(-1, self.d_head)
+        self._v_flat[layer].index_copy_(0, plan.write_idx, v_rows)
         return k_l[:, :, : plan.n_keys], v_l[:, :, : plan.n_keys]
 
 
@@ -404,9 +416,19 @@ class ConcatKVCache(TorchKVCache):
 
         return write
 
-    def _store(self, layer: int, k_new_BHTK: torch.Tensor, v_new_BHTK: torch.Tensor, plan: _Plan):
-        """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: new tensors old ++ new (a full copy of the history)."""
+    def _store(
+        self,
+        layer: int,
+        k_new_BHTK: torch.Tensor,
+        v_new_BHTK: torch.Tensor,
+        plan: _Plan,
+    ):
+        """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: new tensors old ++ new (a full
+        copy of the history).
+        """
         start = plan.start
-        self._k[layer] = torch.cat([self._k[layer][:, :, :start], k_new_BHTK], dim=2)
-        self._v[layer] = torch.cat([self._v[layer][:, :, :start], v_new_BHTK], dim=2)
+        k_past = self._k[layer][:, :, :start]
+        self._k[layer] = torch.cat([k_past, k_new_BHTK], dim=2)
+        v_past = self._v[layer][:, :, :start]
+        self._v[layer] = torch.cat([v_past, v_new_BHTK], dim=2)
         return self._k[layer], self._v[layer]

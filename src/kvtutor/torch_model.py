@@ -819,22 +819,32 @@ class TorchModel:
     def _capture(
         self, cache: StaticKVCache, fixed: Callable[[torch.Tensor], torch.Tensor]
     ) -> Callable[[torch.Tensor], torch.Tensor]:
-        """Record ``fixed`` (one decode step) plus the length update in a CUDA graph; return its replay."""
-        static_ids = torch.zeros(cache.batch_size, dtype=torch.long, device=self.device)
+        """Record ``fixed`` (one decode step) plus the length update in a CUDA
+        graph; return its replay.
+        """
+        static_ids = torch.zeros(
+            cache.batch_size,
+            dtype=torch.long,
+            device=self.device,
+        )
         with torch.inference_mode(), torch.cuda.device(self.device):
-            # warm-up runs (and compilation) write K/V at each row's next slot: save those slots, restore
+            # warm-up runs (and compilation) write K/V at each row's next
+            # slot: save those slots, restore
             pos_B = cache.lengths.clamp(max=cache.capacity - 1)
             idx = (cache._base_BH + pos_B[:, None]).reshape(-1)
             saved = [
-                (k[idx].clone(), v[idx].clone()) for k, v in zip(cache._k_flat, cache._v_flat, strict=True)
-            ]
+                (k[idx].clone(), v[idx].clone())
+                for k, v in zip(cache._k_flat, cache._v_flat, strict=True)
+            ]  # fmt: skip
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(3):
                     fixed(static_ids)
             torch.cuda.current_stream().wait_stream(stream)
-            for (k_saved, v_saved), k, v in zip(saved, cache._k_flat, cache._v_flat, strict=True):
+            for (k_saved, v_saved), k, v in zip(
+                saved, cache._k_flat, cache._v_flat, strict=True
+            ):  # fmt: skip
                 k.index_copy_(0, idx, k_saved)
                 v.index_copy_(0, idx, v_saved)
             graph = torch.cuda.CUDAGraph()
@@ -848,5 +858,6 @@ class TorchModel:
             graph.replay()
             return static_logits
 
-        replay.graph = graph  # keep the graph (and its memory pool) alive with the callable
+        # keep the graph (and its memory pool) alive with the callable
+        replay.graph = graph
         return replay
