@@ -62,6 +62,16 @@ def _log_y(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def _timing_axes(ax: Any, xlabel: str, ylabel: str | None = None) -> None:
+    """The axes every timing plot here uses: log2 x, log y, labels, a light grid."""
+    _log2_axis(ax)
+    _log_y(ax)
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.25)
+
+
 def _fmt_flops(x: float) -> str:
     for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
         if x >= scale:
@@ -133,13 +143,9 @@ def plot_prefill_times(prefill: dict[str, Any], title: str = "") -> Figure:
     if all("predicted_time_s" in p for p in pts):
         ax.plot(t, [p["predicted_time_s"] * 1e3 for p in pts], color=PREFILL_COLOR, label="roofline",
                 **PREDICTED_STYLE)  # fmt: skip
-    _log2_axis(ax)
-    _log_y(ax)
-    ax.set_xlabel("prompt length T")
-    ax.set_ylabel("prefill time (ms)")
+    _timing_axes(ax, "prompt length T", "prefill time (ms)")
     ax.set_title(title or "Prefill time grows with T")
     ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
     return fig
 
@@ -165,10 +171,7 @@ def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
         pred = decode.get("predicted_ridge_batch")
         if pred:
             ax.axvline(pred, color="#2ca02c", linestyle="--", linewidth=1, label=f"predicted B = {pred:.3g}")
-        _log2_axis(ax)
-        _log_y(ax)
-        ax.set_xlabel("batch size B")
-        ax.grid(True, which="both", alpha=0.25)
+        _timing_axes(ax, "batch size B")
     ax_t.set_ylabel("time per decode step (ms)")
     ax_r.set_ylabel("tokens/s")
     ax_t.legend(fontsize=7)
@@ -199,13 +202,9 @@ def plot_cache_vs_recompute(recompute: dict[str, Any], title: str = "") -> Figur
         if all("predicted_tokens_per_s" in p[key] for p in pts):
             ax.plot(n, [p[key]["predicted_tokens_per_s"] for p in pts], color=color,
                     label=f"{label} (roofline)", **PREDICTED_STYLE)  # fmt: skip
-    _log2_axis(ax)
-    _log_y(ax)
-    ax.set_xlabel("sequence length n")
-    ax.set_ylabel("tokens/s (one new token)")
+    _timing_axes(ax, "sequence length n", "tokens/s (one new token)")
     ax.set_title(title or "One more token: cached decode vs recompute")
     ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
     return fig
 
@@ -252,13 +251,9 @@ def plot_append_times(append: dict[str, Any], title: str = "") -> Figure:
             label="torch.cat (copies the history)")  # fmt: skip
     ax.plot(s, [p["in_place"]["time"]["median_s"] * 1e6 for p in pts], "s-", color=PREFILL_COLOR,
             label="write in place (one row)")  # fmt: skip
-    _log2_axis(ax)
-    _log_y(ax)
-    ax.set_xlabel("tokens already cached S")
-    ax.set_ylabel("time per append (µs), measured")
+    _timing_axes(ax, "tokens already cached S", "time per append (µs), measured")
     ax.set_title(title or "Appending one token's keys to one layer")
     ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
     return fig
 
