@@ -170,7 +170,7 @@ def test_cli_table_with_budget(capsys):
     assert rc == 0 and err == ""
     assert "KV per token (all layers)" in out and "128.00 KiB" in out
     assert "8.00 GiB" in out and "largest batch that fits: 65" in out
-    assert "grouped-query, 4 per KV head" in out
+    assert "grouped-query: 4 query heads per KV head" in out
 
 
 def test_cli_reads_a_file_and_defaults_to_the_models_context(capsys, tmp_path):
@@ -242,3 +242,11 @@ def test_numbers_are_exact_integers():
     for key in ("kv_bytes_per_token", "kv_bytes_per_sequence", "kv_bytes_total", "weights_bytes"):
         assert isinstance(getattr(m, key), int)
     assert np.isclose(m.weights_bytes, 46_702_792_704)
+
+
+@pytest.mark.parametrize("name", kvtutor.hf_config.bundled_models())
+def test_report_fits_the_text_width(name):
+    spec = load_model_spec(name)
+    for seq_len in (spec.max_seq_len, 10 * spec.max_seq_len):  # the longest lines the report has
+        report = memory.format_report(memory.kv_memory(spec, seq_len, 1024, "fp8", 80, "bf16"))
+        assert max(map(len, report.splitlines())) <= kvtutor.config.TEXT_WIDTH, report

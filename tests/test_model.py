@@ -177,3 +177,36 @@ def test_tokenizer_round_trip():
     tok = kvtutor.load_toy_tokenizer()
     assert len(tok) == kvtutor.TOY_CONFIG.vocab_size
     assert tok.decode(tok.encode("The cat sat on the mat.")) == "The cat sat on the mat."
+
+
+def test_wrap_call_keeps_every_argument_within_the_width():
+    from kvtutor.config import wrap_call
+
+    args = [f"arg_{i}={i * 1000}" for i in range(12)]
+    text = wrap_call("Thing", args, width=40)
+    lines = text.splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 40
+    assert all(line.startswith(" " * len("Thing(")) for line in lines[1:])
+    assert " ".join(line.strip() for line in lines) == "Thing(" + ", ".join(args) + ")"
+    assert wrap_call("f", []) == "f()"
+    assert wrap_call("f", ["a" * 50, "b"], width=20) == "f(" + "a" * 50 + ",\n  b)"  # never splits one
+    with pytest.raises(ValueError, match="width"):
+        wrap_call("f", ["a"], width=0)
+
+
+@given(
+    st.integers(1, 10**6),
+    st.integers(1, 64),
+    st.integers(1, 10**3),
+    st.integers(1, 10**5),
+    st.integers(60, 120),
+)
+def test_config_str_wraps_its_repr(vocab, heads, layers, seq, width):
+    cfg = kvtutor.ModelConfig(
+        vocab_size=vocab, d_model=heads * 8, n_heads=heads, n_layers=layers, max_seq_len=seq
+    )
+    assert max(map(len, str(cfg).splitlines())) <= kvtutor.config.TEXT_WIDTH
+    wrapped = cfg._wrapped(width)
+    assert max(map(len, wrapped.splitlines())) <= width
+    assert " ".join(line.strip() for line in wrapped.splitlines()) == repr(cfg)
+    assert eval(repr(cfg), {"ModelConfig": kvtutor.ModelConfig}) == cfg  # repr itself stays one line

@@ -751,3 +751,10 @@ def test_cuda_graph_bf16_close_to_decode_step():
         ref = model.decode_step([t], caches[1]).float()
         torch.testing.assert_close(got, ref, atol=0.05, rtol=0.05)  # bf16, different attention kernels
     assert caches[0].host_lengths == caches[1].host_lengths == [10]
+
+
+def test_repr_fits_the_text_width_and_names_config_device_and_dtype():
+    cfg = kvtutor.ModelConfig(vocab_size=50257, d_model=24, n_heads=12, n_layers=1, max_seq_len=1024)
+    lines = repr(kvtutor.TorchModel.random(cfg, device="cpu")).splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.config.TEXT_WIDTH
+    assert " ".join(line.strip() for line in lines) == f"TorchModel({cfg!r}, device=cpu, dtype=torch.float32)"

@@ -201,8 +201,9 @@ def format_report(m: KVMemory) -> str:
         window = f"{m.sliding_window:,} tokens in {m.n_sliding_layers} of {m.n_layers} layers"
     lines = [
         f"model      {m.model}: {m.n_params / 1e9:.2f} B parameters",
-        f"attention  {m.n_layers} layers, {m.n_heads} query heads, {m.n_kv_heads} KV heads "
-        f"({kind}, {group} per KV head), head dim {m.d_head}",
+        f"attention  {m.n_layers} layers, {m.n_heads} query heads, {m.n_kv_heads} KV heads, "
+        f"head dim {m.d_head}",
+        f"           {kind}: {group} query head{'s' if group > 1 else ''} per KV head",
         f"window     {window}",
         f"dtype      KV cache {m.dtype}, weights {m.weights_dtype}",
         "",
@@ -223,14 +224,14 @@ def format_report(m: KVMemory) -> str:
         verdict = "fits" if m.fits else "does NOT fit"
         lines += [
             "",
-            f"batch {m.batch} at {m.seq_len:,} tokens {verdict} in {format_bytes(m.memory_bytes)}; "
+            f"batch {m.batch} at {m.seq_len:,} tokens {verdict} in {format_bytes(m.memory_bytes)}",
             f"largest batch that fits: {m.max_batch}",
         ]
     if m.seq_len > m.max_position_embeddings:
-        lines.append(
-            f"note: {m.seq_len:,} tokens is more than this model's context "
-            f"(max_position_embeddings = {m.max_position_embeddings:,})"
-        )
+        lines += [
+            f"note: {m.seq_len:,} tokens is more than this model's context",
+            f"      (max_position_embeddings = {m.max_position_embeddings:,})",
+        ]
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import ModelConfig
+from .config import TEXT_WIDTH, ModelConfig, wrap_call
 from .gpt2_weights import (
     GPT2Weights,
     LayerWeights,
@@ -526,7 +526,8 @@ class TorchModel:
         return sum(t.numel() * t.element_size() for t in self._weights())
 
     def __repr__(self) -> str:
-        return f"TorchModel({self.config}, device={self.device}, dtype={self.dtype})"
+        config = self.config._wrapped(TEXT_WIDTH - len("TorchModel("))  # nested: indented that much
+        return wrap_call("TorchModel", [config, f"device={self.device}", f"dtype={self.dtype}"])
 
     # ------------------------------------------------------------ caches
     def new_cache(

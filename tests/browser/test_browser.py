@@ -1,9 +1,10 @@
 """Open every page of the built book in headless Chromium and check what a reader sees.
 
 For each page in _toc.yml: the title names the page, images load, math is typeset by
-the book's own MathJax, no output shows a traceback or stderr, internal links (and their
-#anchors) resolve, and the console has no errors except from external resources, which
-are refused so that the check is the same offline as online. A full-page screenshot of
+the book's own MathJax, no output shows a traceback or stderr, no code or output box
+scrolls sideways at 1280 px, internal links (and their #anchors) resolve, and the console
+has no errors except from external resources, which are refused so that the check is the
+same offline as online. A full-page screenshot of
 each page is saved to _build/screenshots/<page>.png.
 """
 
@@ -138,6 +139,23 @@ BAD_OUTPUTS = """() => {
   return bad;
 }"""
 
+# Code and outputs are kept to 80 columns and styled to fit (book/_static/kvtutor.css): at the
+# test's 1280 px viewport, no cell's code or output box may need a sideways scrollbar.
+OVERFLOWING = """() => {
+  const bad = [];
+  document.querySelectorAll("div.cell pre, div.cell table, main table").forEach((node) => {
+    if (node.scrollWidth > node.clientWidth + 1) {
+      const lines = node.textContent.split("\\n");
+      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
+      bad.push(`${node.tagName.toLowerCase()} ${node.scrollWidth - node.clientWidth} px too wide, `
+               + `longest line ${longest.length} characters: ${longest.trim().slice(0, 100)}`);
+    }
+  });
+  const page = document.documentElement;
+  if (page.scrollWidth > page.clientWidth + 1) bad.push("the page itself scrolls sideways");
+  return bad;
+}"""
+
 LINKS = "() => Array.from(document.querySelectorAll('a[href]'), (a) => a.href)"
 
 
@@ -242,6 +260,7 @@ def test_page(name: str, site: str, browser_context) -> None:
                 problems.append(f"MathJax did not load or typeset: {err}")
 
         problems += [f"bad output: {text}" for text in page.evaluate(BAD_OUTPUTS)]
+        problems += [f"scrolls sideways: {text}" for text in page.evaluate(OVERFLOWING)]
         problems += check_links(page.evaluate(LINKS), site)
         page.wait_for_load_state("networkidle")
     finally:
