@@ -463,10 +463,8 @@ class CountingPreallocatedKVCache(PreallocatedKVCache):
 
 def counting_cache(model: NumpyModel, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
     """An empty cache like ``model.new_cache(kind, capacity)`` that also counts ``bytes_written``."""
-    template = model.new_cache(kind, capacity)  # checks kind and capacity
-    cls = {"preallocated": CountingPreallocatedKVCache, "concat": CountingConcatKVCache}[kind]
-    cfg = model.config
-    return cls(cfg.n_layers, cfg.n_kv_heads, template.capacity, cfg.d_head, model.weights.wte_VD.dtype)
+    kinds = {"preallocated": CountingPreallocatedKVCache, "concat": CountingConcatKVCache}
+    return model._make_cache(kinds, kind, capacity)
 
 
 # ---------------------------------------------------------------- figures of chapters 5 to 7

@@ -293,13 +293,18 @@ class NumpyModel:
 
     def new_cache(self, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
         """An empty cache: ``"preallocated"`` ([H, M, K] buffers) or ``"concat"`` (grows)."""
+        return self._make_cache(
+            {"preallocated": PreallocatedKVCache, "concat": ConcatKVCache}, kind, capacity
+        )
+
+    def _make_cache(self, kinds: dict[str, type[KVCache]], kind: str, capacity: int | None) -> KVCache:
+        """``kinds[kind]`` sized for this model, after checking ``kind`` and ``capacity``."""
         cfg = self.config
         capacity = cfg.max_seq_len if capacity is None else capacity
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
             raise TypeError(f"capacity: expected an int, got {type(capacity).__name__}")
         if not 1 <= capacity <= cfg.max_seq_len:
             raise ValueError(f"capacity: expected 1 <= capacity <= {cfg.max_seq_len}, got {capacity}")
-        kinds = {"preallocated": PreallocatedKVCache, "concat": ConcatKVCache}
         if kind not in kinds:
             raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
         dtype = self.weights.wte_VD.dtype
