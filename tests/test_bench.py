@@ -92,10 +92,19 @@ def test_sections_hold_the_numbers(recorded):
     assert len(ratios) == max(tiny["repeats"], 5) and bw["ratio_to_gemv"] == ratios[(len(ratios) - 1) // 2]
     for x in bw["rounds"]:
         assert x["ratio"] == pytest.approx(x["weight_bytes_per_s"] / x["gemv_bytes_per_s"])
+    # the ratio splits into the mat-vec products alone (against the GEMV) and the step against them
+    assert bw["ratio_to_gemv"] == pytest.approx(bw["products"]["ratio"] * bw["ratio_to_products"])
+    assert bw["products"]["bytes_per_s"] == pytest.approx(bw["products"]["ratio"] * bw["gemv"]["bytes_per_s"])
+    assert 0 < bw["ratio_to_products"] and all(x["products_bytes_per_s"] > 0 for x in bw["rounds"])
     pm = r["prefill_vs_matmul"]
     ratios = sorted(x["ratio"] for x in pm["rounds"])
     assert len(ratios) == tiny["repeats"] and pm["ratio"] == ratios[(len(ratios) - 1) // 2]
     assert pm["ratio"] == pytest.approx(pm["prefill"]["flops_per_s"] / pm["matmul"]["flops_per_s"])
+    assert pm["ratio"] == pytest.approx(pm["products"]["ratio"] * pm["ratio_to_products"])
+    assert pm["products"]["flops_per_s"] == pytest.approx(
+        pm["products"]["ratio"] * pm["matmul"]["flops_per_s"]
+    )
+    assert all(x["products_flops_per_s"] > 0 for x in pm["rounds"])
     for key in ("small", "gpt2-small"):
         g = r["generate_vs_transformers"][key]
         assert g["identical_tokens"] is True  # same weights, greedy: the same tokens
@@ -233,3 +242,18 @@ def test_rewinding_the_cache_repeats_the_same_decode_step(one_thread):
         assert cache.host_lengths == [7, 7, 7] and cache.lengths.tolist() == [7, 7, 7]
     with pytest.raises(TypeError, match="^cache:"):
         bench._rewind(object(), 0)
+
+
+def test_weight_products_are_the_models_own_products():
+    """_weight_products makes every weight product of one forward pass and no other operation (views
+    aside): one matrix call per weight matrix, logits of the right shape."""
+    pytest.importorskip("torch")
+    model = kvtutor.TorchModel.random(bench.MODELS["tiny"], device="cpu")
+    n_matrices = 4 * model.config.n_layers + 1  # W_qkv, W_o, W_fc, W_proj per layer, the LM head
+    for n_rows in (1, 5):
+        products = bench._weight_products(model, n_rows)
+        counts = timing.count_ops(products)
+        matrix_ops = {op: n for op, n in counts.items() if op in ("addmv", "mv", "addmm", "mm", "matmul")}
+        assert sum(matrix_ops.values()) == n_matrices, counts
+        assert set(counts) - set(matrix_ops) <= {"_unsafe_view", "view", "reshape"}, counts
+        assert products().shape == (1, n_rows, model.config.vocab_size)
