@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import inspect
 import random
+import re
 import textwrap
 from typing import Any
 
 import numpy as np
+
+from .config import TEXT_WIDTH
 
 
 def setup_notebook(seed: int = 0) -> None:
     """Seed every generator and fix print options, so stored outputs are reproducible."""
     random.seed(seed)
     np.random.seed(seed)
-    np.set_printoptions(precision=3, suppress=True, linewidth=100, floatmode="fixed")
+    np.set_printoptions(precision=3, suppress=True, linewidth=TEXT_WIDTH, floatmode="fixed")
     try:
         import torch
     except ImportError:
@@ -33,11 +36,24 @@ def source(obj: Any) -> str:
     return textwrap.dedent(inspect.getsource(obj))
 
 
+# A trailing comment that speaks to a tool, not to the reader: ruff's "fmt: skip" (which keeps a
+# hand-wrapped line the way the book's column needs it) and its "noqa" (with or without codes).
+_PRAGMA = re.compile(r"\s*#\s*(?:fmt:\s*skip|noqa\b[:\w, ]*)\s*$")
+
+
+def without_pragmas(code: str) -> str:
+    """``code`` without trailing ``# fmt: skip`` and ``# noqa`` comments; every other character kept."""
+    return "\n".join(_PRAGMA.sub("", line) for line in code.split("\n"))
+
+
 def show_source(*objs: Any) -> Any:
-    """Display the source of package functions as a highlighted code block in a notebook."""
+    """Display the source of package functions as a highlighted code block in a notebook.
+
+    The code is the real source (``source``), less the formatter's and linter's pragma comments.
+    """
     from IPython.display import Markdown
 
-    blocks = "\n\n".join(source(obj).rstrip() for obj in objs)
+    blocks = "\n\n".join(without_pragmas(source(obj)).rstrip() for obj in objs)
     return Markdown(f"```python\n{blocks}\n```")
 
 

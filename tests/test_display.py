@@ -1,0 +1,62 @@
+"""The notebooks' display helpers: reproducible setup, and package source shown without tool pragmas."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+
+import numpy as np
+import pytest
+
+import kvtutor
+from kvtutor import display
+
+
+def _package_functions_with_pragmas():
+    found = []
+    for info in pkgutil.iter_modules(kvtutor.__path__):
+        try:
+            module = importlib.import_module(f"kvtutor.{info.name}")
+        except ImportError:  # torch-only modules where torch is missing
+            continue
+        for _, obj in inspect.getmembers(module, inspect.isfunction):
+            lines = inspect.getsource(obj).splitlines()
+            if obj.__module__ == module.__name__ and any(display._PRAGMA.search(line) for line in lines):
+                found.append(obj)
+    return found
+
+
+def test_without_pragmas_drops_only_tool_comments():
+    code = "x = f(\n    1, 2,\n)  # fmt: skip\nimport y  # noqa: F401\nz = 3  # a comment the reader needs\n"
+    assert (
+        display.without_pragmas(code)
+        == "x = f(\n    1, 2,\n)\nimport y\nz = 3  # a comment the reader needs\n"
+    )
+
+
+def test_shown_source_is_the_real_source_less_pragmas():
+    functions = _package_functions_with_pragmas()
+    assert len(functions) >= 5  # the wrapped functions the book displays
+    for fn in functions:
+        real = display.source(fn)
+        shown = display.show_source(fn).data
+        assert shown.startswith("```python\n") and shown.endswith("\n```")
+        body = shown.removeprefix("```python\n").removesuffix("\n```")
+        assert "fmt: skip" not in body
+        assert ast.dump(ast.parse(body)) == ast.dump(ast.parse(real)), fn.__qualname__  # comments only
+        assert body.splitlines()[0] == real.splitlines()[0]
+
+
+def test_setup_notebook_prints_arrays_within_the_text_width():
+    display.setup_notebook()
+    lines = str(np.arange(100.0) * 1.5).splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.config.TEXT_WIDTH
+
+
+@pytest.fixture(autouse=True)
+def _restore_print_options():
+    saved = np.get_printoptions()
+    yield
+    np.set_printoptions(**saved)
