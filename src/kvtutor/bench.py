@@ -341,6 +341,11 @@ def _weight_products(model: TorchModel, n_rows: int) -> Callable[[], Any]:
     return products
 
 
+def _products_dict(m: Measurement, amount: float, unit: str, ceiling: float) -> dict[str, Any]:
+    """The weight products' timing: ``amount`` (bytes or FLOPs) per second and its ratio to the ceiling."""
+    return {"time": m.as_dict(), f"{unit}_per_s": amount / m.median_s, "ratio": amount / m.median_s / ceiling}
+
+
 def run_decode_bandwidth(
     model: TorchModel,
     context_len: int = 16,
@@ -400,11 +405,6 @@ def run_decode_bandwidth(
                          for r in rounds]  # fmt: skip
     out.update(time=m.as_dict(), weight_bytes_per_s=w / m.median_s, bytes_per_s=cost.bytes / m.median_s)
     return out
-
-
-def _products_dict(m: Measurement, amount: float, unit: str, ceiling: float) -> dict[str, Any]:
-    """The weight products' timing: ``amount`` (bytes or FLOPs) per second and its ratio to the ceiling."""
-    return {"time": m.as_dict(), f"{unit}_per_s": amount / m.median_s, "ratio": amount / m.median_s / ceiling}
 
 
 def run_prefill_vs_matmul(
