@@ -1,6 +1,9 @@
 # One target per thing a person does; `make help` lists them.
 # Every tool runs from the project virtual environment ($(VENV)), built by `make install`.
 
+# The interpreter that creates .venv: `make install PYTHON=python3.13` picks another one.
+PYTHON  ?= python3
+PY_MIN  := 3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
 PY      := $(BIN)/python
@@ -11,6 +14,11 @@ HTML    := _build/html
 MATHJAX := book/_static/mathjax
 KERNEL  := $(VENV)/share/jupyter/kernels/python3/kernel.json
 TORCH   := 2.13.0
+# Where torch comes from. Default: PyTorch's CPU wheels (a few hundred MB; on Linux, PyPI's torch is
+# the multi-GB CUDA build). `make install TORCH_INDEX=https://download.pytorch.org/whl/cu130` picks
+# a CUDA build, `TORCH_INDEX=` pip's own sources only. An index that does not answer within 10 s is
+# skipped with a note (pip would retry it for minutes, once per package, on a machine offline).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PORT    ?= 8000
 # Notebooks run the same way for nbval and `make notebooks`: inline figures (no MPLBACKEND), fixed
 # hashing, and single-threaded OpenBLAS (same summation order everywhere, no oversubscription).
@@ -23,13 +31,32 @@ SHELL       := bash
 .NOTPARALLEL:
 .DELETE_ON_ERROR:
 
-.PHONY: help install lint unit nbval book browser test notebooks serve bench clean constraints
+.PHONY: help install lint unit nbval book chromium browser test notebooks serve bench clean distclean \
+	constraints
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/\$$(PORT)/$(PORT)/g' \
+	  | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
+# The stamp is written last, only when everything installed: a .venv without it is a failed or
+# interrupted install, and is recreated from scratch rather than trusted.
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || python3 -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PY_MIN)".split("."))))' 2>/dev/null \
+	  || { echo "kvtutor needs Python >= $(PY_MIN), and '$(PYTHON)' is" \
+	       "$$($(PYTHON) -V 2>/dev/null || echo 'not found'): run e.g. 'make install PYTHON=python3.12'" >&2; \
+	       exit 1; }
+	@test -f $@ || { \
+	  if [ -e $(VENV) ]; then echo "$(VENV) has no $(notdir $@) (an install failed or was stopped): recreating it"; fi; \
+	  rm -rf $(VENV); echo "$(PYTHON) -m venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@if [ -n "$(TORCH_INDEX)" ] && $(PY) -c 'import sys, urllib.request as u; \
+	      u.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()' '$(TORCH_INDEX)' 2>/dev/null; \
+	then \
+	  echo "$(BIN)/pip install -c constraints.txt --extra-index-url $(TORCH_INDEX) torch"; \
+	  $(BIN)/pip install -c constraints.txt --extra-index-url '$(TORCH_INDEX)' torch; \
+	elif [ -n "$(TORCH_INDEX)" ]; then \
+	  echo "note: $(TORCH_INDEX) is unreachable: torch comes from pip's own sources" \
+	       "(on Linux, PyPI's torch is the CUDA build; see TORCH_INDEX in the Makefile)" >&2; \
+	fi
 	$(BIN)/pip install -c constraints.txt -e '.[dev]'
 	touch $@
 
@@ -59,10 +86,27 @@ $(MATHJAX)/tex-mml-chtml.js: $(STAMP)
 book: $(STAMP) $(MATHJAX)/tex-mml-chtml.js  ## build the HTML book into _build/html (strict: warnings fail)
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
-browser: book  ## open every chapter in headless Chromium and check it (needs Debian's chromium)
+# The browser check drives an installed Chromium or Chrome, never a downloaded one; the lookup
+# ($$KVTUTOR_CHROMIUM, then PATH, then the macOS apps) lives in tests/browser/chromium.py.
+# As root with apt-get, Debian's chromium and a CJK font (for the glossary) are installed if missing.
+chromium: $(STAMP)  ## find Chromium or Chrome (as root with apt-get: install chromium and a CJK font)
+	@missing=""; \
+	$(PY) tests/browser/chromium.py >/dev/null 2>&1 || missing="chromium"; \
+	fc-list 2>/dev/null | grep -i wqy >/dev/null || missing="$${missing:+$$missing }fonts-wqy-zenhei"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "apt-get update && apt-get install -y $$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	elif [ "$$missing" = fonts-wqy-zenhei ]; then \
+	  echo "note: no CJK font (Debian's fonts-wqy-zenhei): the glossary's Chinese shows as boxes" \
+	       "in screenshots" >&2; \
+	fi; \
+	browser=$$($(PY) tests/browser/chromium.py); echo "browser: $$browser"
+
+browser: book chromium  ## open every chapter in headless Chromium and check it
 	$(BIN)/pytest tests/browser
 
-test: lint unit nbval book browser  ## everything CI runs, in order, stopping at the first failure
+# The browser comes first, so that a machine without one learns it in seconds, not after nbval.
+test: chromium lint unit nbval book browser  ## everything CI runs, in order, stopping at the first failure
 
 $(KERNEL): $(STAMP)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name 'Python 3 (ipykernel)'
@@ -78,14 +122,17 @@ serve:  ## serve the built book on http://127.0.0.1:$(PORT)/ (after `make book`)
 	@test -f $(HTML)/index.html || { echo "no $(HTML)/index.html: run 'make book' first" >&2; exit 1; }
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
 
-bench: $(STAMP)  ## measure this machine and record book/data/bench-cpu.json
-	$(PY) -m kvtutor bench --size full --out book/data/bench-cpu.json
+bench: $(STAMP)  ## measure this machine and record src/kvtutor/data/runs/bench-cpu.json
+	$(PY) -m kvtutor bench --size full --out src/kvtutor/data/runs/bench-cpu.json
 
-# Pins the CPU torch wheel; without the pin pip resolves the multi-GB CUDA build.
+# Pins the CPU torch wheel; without the pin pip resolves the multi-GB CUDA build. Run it with the
+# oldest Python that PY_MIN admits (Debian 12's 3.11.2: `make constraints PYTHON=/usr/bin/python3.11`)
+# so that no pin needs a newer one; tests/test_conventions.py checks every pin against PY_MIN.
 constraints:  ## re-pin constraints.txt from a fresh throwaway venv
 	rm -rf _build/freeze-venv
-	python3 -m venv _build/freeze-venv
-	_build/freeze-venv/bin/pip install -e '.[dev]' 'torch==$(TORCH)'
+	$(PYTHON) -m venv _build/freeze-venv
+	_build/freeze-venv/bin/pip install $(if $(TORCH_INDEX),--extra-index-url '$(TORCH_INDEX)') \
+	  -e '.[dev]' 'torch==$(TORCH)'
 	{ sed -n '/^#/p' constraints.txt; \
 	  _build/freeze-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' \
 	    | sed 's/^torch==$(TORCH)+cpu$$/torch==$(TORCH)/'; \
@@ -93,6 +140,11 @@ constraints:  ## re-pin constraints.txt from a fresh throwaway venv
 	mv _build/constraints.txt constraints.txt
 	rm -rf _build/freeze-venv
 
-clean:  ## remove build outputs and caches (keeps .venv)
+clean:  ## remove build outputs and caches (keeps .venv: `make distclean` removes it too)
 	rm -rf _build $(MATHJAX) .pytest_cache .hypothesis .ruff_cache
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	@if [ -e $(VENV) ] && [ -z "$(filter distclean,$(MAKECMDGOALS))" ]; then \
+	  echo "kept $(VENV): 'make distclean' removes it too"; fi
+
+distclean: clean  ## clean, and remove .venv (the next make recreates it)
+	rm -rf $(VENV)

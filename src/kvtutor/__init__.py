@@ -16,10 +16,13 @@ L     layers
 ====  ============================================
 
 Prefill has T = S (the whole prompt); decode has T = 1 (one new token, S = cached + 1).
+In the book's prose and math the head width is written d_h and the vocabulary size n_vocab (K and
+V there are the key and value matrices); the code's suffixes keep K and V.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
@@ -41,14 +44,41 @@ __all__ = [
     "ToyTokenizer",
     "load_toy_model",
     "load_toy_tokenizer",
-    "TorchModel",
 ]
+
+# What to install when an optional import is missing: the module's name -> kvtutor's extra.
+_EXTRAS = {"torch": "torch", "tqdm": "torch", "matplotlib": "plots"}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _missing_extra(exc: ModuleNotFoundError, what: str) -> ModuleNotFoundError | None:
+    """For a missing optional module, an error that names the extra to install; else None."""
+    extra = _EXTRAS.get(exc.name or "")
+    if extra is None:
+        return None
+    message = f"{what} needs {exc.name}, which is not installed: pip install 'kvtutor[{extra}]'"
+    return ModuleNotFoundError(message, name=exc.name)
+
+
+# torch is optional: kvtutor imports without it, TorchModel needs it (and `import *` offers it only then)
+if _installed("torch"):
+    __all__.append("TorchModel")
 
 
 def __getattr__(name: str) -> Any:
-    # torch is optional: kvtutor imports without it, TorchModel needs it
     if name == "TorchModel":
-        from .torch_model import TorchModel
-
+        try:
+            from .torch_model import TorchModel
+        except ModuleNotFoundError as exc:
+            error = _missing_extra(exc, "kvtutor.TorchModel")
+            if error is None:
+                raise
+            raise error from None
         return TorchModel
     raise AttributeError(f"module 'kvtutor' has no attribute {name!r}")

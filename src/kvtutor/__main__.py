@@ -21,8 +21,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import importlib
 
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return int(module.main(argv[1:]) or 0)
+    from . import _missing_extra
+
+    try:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+        return int(module.main(argv[1:]) or 0)
+    except ModuleNotFoundError as exc:
+        error = _missing_extra(exc, f"python -m kvtutor {argv[0]}")
+        if error is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

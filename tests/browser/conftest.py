@@ -1,13 +1,15 @@
-"""Fixtures for the browser tests: the built book on a local HTTP server, and Debian's Chromium.
+"""Fixtures for the browser tests: the built book on a local HTTP server, and an installed Chromium.
 
-Run with `make browser` (which builds the book first). Nothing here downloads a browser:
-Playwright drives /usr/bin/chromium from Debian's `chromium` package.
+Run with `make browser` (which builds the book and installs or finds a browser first). Nothing here
+downloads a browser: Playwright drives the Chromium or Chrome that chromium.py finds
+($KVTUTOR_CHROMIUM, else chromium, chromium-browser, google-chrome on PATH, else the macOS apps).
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import importlib.util
 import sys
 import tempfile
 import threading
@@ -18,7 +20,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
-CHROMIUM = Path("/usr/bin/chromium")
+# The browser lookup, shared with `make chromium` (tests/browser/ is not a package).
+_spec = importlib.util.spec_from_file_location("_kvtutor_chromium", Path(__file__).with_name("chromium.py"))
+assert _spec is not None and _spec.loader is not None
+chromium = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(chromium)
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -33,6 +39,13 @@ CHROMIUM_ARGS = [
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "browser: opens the built book in headless Chromium")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    try:
+        return f"browser: {chromium.find_chromium()}"
+    except chromium.ChromiumNotFound as exc:
+        return f"browser: {exc}"
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -66,11 +79,10 @@ def site() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def browser_context(site: str) -> Iterator[object]:
     """A headless Chromium context with a fresh, throwaway profile."""
-    if not CHROMIUM.is_file():
-        pytest.fail(
-            f"{CHROMIUM} is missing: install Debian's Chromium with "
-            "`apt-get update && apt-get install -y chromium` (never `playwright install`)"
-        )
+    try:
+        executable = chromium.find_chromium()
+    except chromium.ChromiumNotFound as exc:
+        pytest.fail(f"{exc} (or run `make chromium`; never `playwright install`)", pytrace=False)
     from playwright.sync_api import sync_playwright
 
     with (
@@ -79,7 +91,7 @@ def browser_context(site: str) -> Iterator[object]:
     ):
         context = playwright.chromium.launch_persistent_context(
             profile,
-            executable_path=str(CHROMIUM),
+            executable_path=executable,
             headless=True,
             args=CHROMIUM_ARGS,
             viewport={"width": 1280, "height": 900},
