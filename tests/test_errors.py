@@ -87,11 +87,31 @@ def test_cache_of_another_model_is_rejected(toy_model, small_model):
     [
         ({"prompt_ids": [], "max_new_tokens": 2}, ValueError, "prompt_ids.*at least one"),
         ({"prompt_ids": [99], "max_new_tokens": 2}, ValueError, "prompt_ids.*99"),
-        ({"prompt_ids": [1, 2, 3], "max_new_tokens": 14}, ValueError, "max_new_tokens.*3 \\+ 14.*16"),
+        (
+            {"prompt_ids": [1, 2, 3], "max_new_tokens": 15},
+            ValueError,
+            "max_new_tokens.*3 \\+ 15.*max_seq_len 16",
+        ),
         ({"prompt_ids": [1], "max_new_tokens": -1}, ValueError, "max_new_tokens.*>= 0"),
         ({"prompt_ids": [1], "max_new_tokens": 2.0}, TypeError, "max_new_tokens.*int.*float"),
         ({"prompt_ids": [1], "max_new_tokens": 2, "stop_token": 40}, ValueError, "stop_token"),
         ({"prompt_ids": [1], "max_new_tokens": 2, "temperature": -1.0}, ValueError, "temperature"),
+        # issue 12: nan and "hot" used to fail inside NumPy
+        (
+            {"prompt_ids": [1], "max_new_tokens": 2, "temperature": float("nan")},
+            ValueError,
+            "^temperature: expected >= 0 and finite, got nan",
+        ),
+        (
+            {"prompt_ids": [1], "max_new_tokens": 2, "temperature": float("inf")},
+            ValueError,
+            "^temperature: expected >= 0 and finite, got inf",
+        ),
+        (
+            {"prompt_ids": [1], "max_new_tokens": 2, "temperature": "hot"},
+            TypeError,
+            "^temperature: expected a float, got str",
+        ),
     ],
 )
 def test_bad_generate_arguments(toy_model, kwargs, exc, match):
@@ -160,3 +180,84 @@ def test_tokenizer_errors():
         tok.encode(3)
     with pytest.raises(ValueError, match="ids.*\\[0, 32\\).*40"):
         tok.decode([1, 40])
+
+
+# ---------------------------------------------------------------- issue 12
+
+
+@pytest.mark.parametrize("kind", [kvtutor.PreallocatedKVCache, kvtutor.ConcatKVCache])
+@pytest.mark.parametrize("dtype", [np.int8, np.int64, bool, "bogus"])
+def test_caches_of_integers_are_refused(kind, dtype):
+    """PreallocatedKVCache(..., dtype=np.int8) used to be accepted and give wrong tokens."""
+    with pytest.raises(TypeError, match=r"^dtype: expected a floating NumPy dtype such as np.float32, got "):
+        kind(2, 2, 16, 4, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("args", "exc", "match"),
+    [
+        ((0, 2, 16, 4), ValueError, r"^n_layers: expected a positive int, got 0"),
+        ((2, 2.0, 16, 4), TypeError, r"^n_kv_heads: expected an int, got float"),
+        ((2, 2, -1, 4), ValueError, r"^capacity: expected a positive int, got -1"),
+    ],
+)
+def test_cache_sizes_are_checked(args, exc, match):
+    with pytest.raises(exc, match=match):
+        kvtutor.PreallocatedKVCache(*args)
+
+
+@pytest.mark.parametrize("kind", [kvtutor.PreallocatedKVCache, kvtutor.ConcatKVCache])
+def test_a_cache_longer_than_the_model_is_refused_unchanged(toy_model, kind):
+    """A 32-position cache on a 16-position model used to fail in a NumPy broadcast."""
+    cache = kind(2, 2, 32, 4)
+    before = cache_state(cache)
+    with pytest.raises(
+        ValueError, match=r"^cache: expected a capacity <= this model's max_seq_len 16, got 32"
+    ):
+        toy_model.prefill(list(range(20)), cache)
+    with pytest.raises(ValueError, match=r"^cache: expected a capacity <= this model's max_seq_len 16"):
+        toy_model.generate([1, 2], 3, cache=cache)
+    assert_same_state(before, cache_state(cache))
+
+
+def test_a_small_cache_is_called_by_its_capacity(toy_model):
+    """'exceeds max_seq_len 8' used to be said of a cache of capacity 8 on a 16-position model."""
+    cache = toy_model.new_cache(capacity=8)
+    with pytest.raises(
+        ValueError, match=r"^max_new_tokens: prompt of 3 \+ 7 new tokens exceeds the cache's capacity 8"
+    ):
+        toy_model.generate([1, 2, 3], 7, cache=cache)
+    assert len(cache) == 0
+    assert len(toy_model.generate([1, 2, 3], 6, cache=cache)) == 6  # 3 + 6 - 1 = 8 positions
+
+
+def test_generate_accepts_exactly_the_lengths_that_fit(toy_model):
+    """A prompt of M - 1 tokens and 2 new ones needs M positions: the last token is never fed back."""
+    m = toy_model.config.max_seq_len
+    prompt = [1 + i % 30 for i in range(m - 1)]
+    new = toy_model.generate(prompt, 2)
+    assert len(new) == 2
+    assert new[0] == int(toy_model.logits_without_cache(prompt)[-1].argmax())
+    assert new[1] == int(toy_model.logits_without_cache([*prompt, new[0]])[-1].argmax())
+    assert toy_model.generate([*prompt, 3], 1) == [
+        int(toy_model.logits_without_cache([*prompt, 3])[-1].argmax())
+    ]
+    assert toy_model.generate([*prompt, 3], 0) == []
+    assert len(toy_model.generate([1], m)) == m
+    with pytest.raises(
+        ValueError, match=rf"^max_new_tokens: prompt of 1 \+ {m + 1} new tokens exceeds max_seq_len {m}"
+    ):
+        toy_model.generate([1], m + 1)
+
+
+def test_sample_checks_the_temperature():
+    from kvtutor.numpy_model import sample
+
+    logits = np.array([0.0, 1.0])
+    assert sample(logits, 0) == 1 and sample(logits, np.float32(0.0)) == 1
+    with pytest.raises(ValueError, match=r"^temperature: expected >= 0 and finite, got nan"):
+        sample(logits, float("nan"))
+    with pytest.raises(TypeError, match=r"^temperature: expected a float, got str"):
+        sample(logits, "hot")
+    with pytest.raises(TypeError, match=r"^temperature: expected a float, got NoneType"):
+        sample(logits, None)

@@ -38,6 +38,11 @@ PUBLISHED_PARAMS = {
     "gemma-2b": 2_506_172_416,
     "gemma-7b": 8_537_680_896,
     "gemma-2-9b": 9_241_705_984,
+    # equal to what transformers builds from the same file (checked below); the MoE and MLA
+    # models are the issue-12 cases: the publishers say 15.5B, 236B and 671B
+    "starcoder": 15_517_456_384,
+    "deepseek-v2": 235_741_434_880,
+    "deepseek-v3": 671_026_404_352,
 }
 
 # (layers, query heads, KV heads, head dim, window, windowed layers, context) from the model cards
@@ -55,6 +60,9 @@ KV_SHAPES = {
     "gemma-2b": (18, 8, 1, 256, None, 0, 8192),
     "gemma-7b": (28, 16, 16, 256, None, 0, 8192),
     "gemma-2-9b": (42, 16, 8, 256, 4096, 21, 8192),
+    "starcoder": (40, 48, 1, 128, None, 0, 8192),
+    "deepseek-v2": (60, 128, 128, 192, None, 0, 163840),  # MLA: d_head is nope 128 + rope 64
+    "deepseek-v3": (61, 128, 128, 192, None, 0, 163840),
 }
 
 
@@ -95,7 +103,8 @@ def test_transformers_reads_the_same_sizes_and_builds_as_many_parameters(name):
     hf = transformers.AutoConfig.from_pretrained(str(bundled_config_path(name)))
     if spec.arch == "gated":
         assert hf.num_key_value_heads == spec.n_kv_heads
-        assert getattr(hf, "head_dim", None) in (None, spec.d_head)
+        if spec.attention_kind != "MLA":  # transformers' DeepSeek head_dim is the rope part
+            assert getattr(hf, "head_dim", None) in (None, spec.d_head)
         layer_types = getattr(hf, "layer_types", None)
         if layer_types is not None:
             assert sum(t == "sliding_attention" for t in layer_types) == spec.n_sliding_layers
@@ -181,8 +190,9 @@ def test_llama_defaults():
     assert mha.n_kv_heads == 8  # older Llama configs have no num_key_value_heads: every head its own
     assert spec_from_dict({**LLAMA, "head_dim": 16}).d_head == 16
     assert spec_from_dict({**LLAMA, "num_key_value_heads": None}).n_kv_heads == 8
-    unknown = {k: v for k, v in LLAMA.items() if k != "model_type"}
-    assert spec_from_dict(unknown).arch == "gated"
+    no_type = {k: v for k, v in LLAMA.items() if k != "model_type"}
+    with pytest.raises(ValueError, match=r"^config: missing key 'model_type'; expected one of gpt2, "):
+        spec_from_dict(no_type)
 
 
 def test_biases_and_experts_enter_the_weight_count():
@@ -278,8 +288,10 @@ def test_missing_gpt2_key_is_named(key):
 
 
 def test_config_without_any_size_key():
-    with pytest.raises(ValueError, match=r"^config: missing key 'hidden_size' \(Llama-style\) or 'n_embd'"):
+    with pytest.raises(ValueError, match=r"^config: missing key 'model_type'"):
         spec_from_dict({"vocab_size": 10})
+    with pytest.raises(ValueError, match=r"^config: missing key 'hidden_size'"):
+        spec_from_dict({"model_type": "llama", "vocab_size": 10})
 
 
 @pytest.mark.parametrize(
@@ -352,3 +364,256 @@ def test_numpy_model_from_a_converted_spec_runs():
     assert mc.n_kv_heads == mc.n_heads  # GPT-2 is plain multi-head attention
     model = kvtutor.NumpyModel.random(small)
     assert np.isfinite(model.logits_without_cache([1, 2, 3])).all()
+
+
+# ---------------------------------------------------------------- issue 12: real architectures
+
+
+def test_deepseek_v2_caches_the_latent_not_the_heads():
+    """Hand computation: 60 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) numbers per token."""
+    s = load_model_spec("deepseek-v2")
+    assert s.attention_kind == "MLA"
+    assert (s.kv_lora_rank, s.qk_rope_head_dim, s.q_lora_rank, s.d_value) == (512, 64, 1536, 128)
+    assert s.kv_numbers_per_layer == 512 + 64
+    # expanded: 128 heads x (key 128 + 64, value 128)
+    assert s.kv_numbers_per_layer_decompressed == 128 * (192 + 128)
+    # about 236B in all; 6 of 160 routed experts (plus 2 shared) per token: about 21B active
+    assert round(s.n_params / 1e9) == 236 and round(s.n_active_params / 1e9) == 21
+    assert (s.n_experts, s.n_experts_per_token, s.n_dense_layers, s.d_ff_expert) == (160, 6, 1, 1536)
+    assert s.d_ff_shared == 2 * 1536
+
+
+def test_deepseek_v2_parameters_by_hand():
+    d, h, v, n_layers = 5120, 128, 102400, 60
+    attn = (
+        d * 1536 + 1536 + 1536 * h * 192  # q: down, norm, up
+        + d * 576 + 512 + 512 * h * (128 + 128)  # kv: down (latent + rope key), norm, up
+        + h * 128 * d  # o
+    )  # fmt: skip
+    expert = 3 * d * 1536
+    moe = 160 * expert + 2 * expert + d * 160  # routed, shared, router
+    dense = 3 * d * 12288
+    total = 2 * v * d + n_layers * (attn + 2 * d) + dense + 59 * moe + d
+    assert load_model_spec("deepseek-v2").n_params == total
+    assert load_model_spec("deepseek-v2").n_active_params == total - 59 * (160 - 6) * expert
+
+
+def test_deepseek_v3_sizes():
+    s = load_model_spec("deepseek-v3")
+    assert s.kv_numbers_per_layer * s.n_layers == 61 * 576
+    assert round(s.n_params / 1e9) == 671 and round(s.n_active_params / 1e9) == 38  # "37B activated"
+    assert (s.n_experts, s.n_experts_per_token, s.n_dense_layers, s.d_ff_shared) == (256, 8, 3, 2048)
+
+
+def test_starcoder_has_one_kv_head():
+    s = load_model_spec("starcoder")
+    assert (s.model_type, s.attention_kind, s.n_kv_heads, s.d_head) == ("gpt_bigcode", "MQA", 1, 128)
+    assert s.n_layers * s.kv_numbers_per_layer == 40 * 2 * 128
+    mha = spec_from_dict({**json.loads(bundled_config_path("starcoder").read_text()), "multi_query": False})
+    assert mha.n_kv_heads == 48 and mha.n_params > s.n_params
+    # a StarCoder-shaped NumPy model has the same cache layout: one KV head
+    assert s.to_model_config(max_seq_len=8, vocab_size=10).n_kv_heads == 1
+
+
+def test_mixtral_active_parameters():
+    s = load_model_spec("mixtral-8x7b")
+    expert = 3 * 4096 * 14336
+    assert s.n_active_params == s.n_params - 32 * (8 - 2) * expert
+    assert round(s.n_active_params / 1e9, 1) == 12.9  # Mistral AI: "12.9B active"
+    assert load_model_spec("llama-3-8b").n_active_params == load_model_spec("llama-3-8b").n_params
+
+
+QWEN2_MOE = {
+    **LLAMA,
+    "model_type": "qwen2_moe",
+    "num_experts": 6,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 24,
+    "shared_expert_intermediate_size": 48,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [0],
+}
+QWEN3_MOE = {
+    **{k: v for k, v in QWEN2_MOE.items() if k != "shared_expert_intermediate_size"},
+    "model_type": "qwen3_moe",
+    "head_dim": 8,
+}
+DEEPSEEK_SMALL = {
+    "model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "num_hidden_layers": 3, "intermediate_size": 96, "max_position_embeddings": 128, "vocab_size": 100,
+    "kv_lora_rank": 16, "q_lora_rank": 24, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
+    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 12,
+    "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 2, "topk_group": 1,
+}  # fmt: skip
+
+
+def test_moe_naming_by_hand():
+    d, f_e, n_layers = 64, 24, 3
+    dense = spec_from_dict({**LLAMA, "model_type": "qwen2"}).n_params  # qkv biases, like Qwen2-MoE
+    q = spec_from_dict(QWEN2_MOE)
+    moe = 6 * 3 * d * f_e + d * 6 + 3 * d * 48 + d  # experts, router, shared expert and its gate
+    assert q.n_dense_layers == 1 and q.n_params == dense + 2 * (moe - 3 * d * 96)
+    assert q.n_active_params == q.n_params - 2 * 4 * 3 * d * f_e
+    q3 = spec_from_dict(QWEN3_MOE)
+    assert q3.qk_norm and q3.attention_bias == "" and q3.d_ff_shared == 0  # shared expert: Qwen2 only
+    with pytest.raises(
+        ValueError, match=r"^config\['shared_expert_intermediate_size'\]: model_type 'qwen3_moe'"
+    ):
+        spec_from_dict({**QWEN3_MOE, "shared_expert_intermediate_size": 48})
+    assert spec_from_dict({**QWEN2_MOE, "decoder_sparse_step": 3, "mlp_only_layers": []}).n_dense_layers == 2
+    assert n_layers == q.n_layers
+
+
+@pytest.mark.parametrize(
+    "config", [QWEN2_MOE, QWEN3_MOE, DEEPSEEK_SMALL, {**DEEPSEEK_SMALL, "q_lora_rank": None}]
+)
+def test_moe_and_mla_counts_agree_with_transformers(config):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    spec = spec_from_dict(config)
+    hf = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf)
+    assert model.num_parameters() == spec.n_params
+
+
+@pytest.mark.parametrize(
+    ("config", "pattern"),
+    [
+        ({**LLAMA, "model_type": "falcon"}, r"^config\['model_type'\]: expected one of gpt2, .*got 'falcon'"),
+        ({**LLAMA, "kv_lora_rank": 512}, r"^config\['kv_lora_rank'\]: model_type 'llama' does not use this"),
+        ({**LLAMA, "num_local_experts": 8}, r"^config\['num_local_experts'\]: model_type 'llama'"),
+        ({**LLAMA, "mlp_bias": True}, r"^config\['mlp_bias'\]: biases on the MLP are not modelled"),
+        (
+            {**LLAMA, "model_type": "mistral", "attention_bias": True},
+            r"^config\['attention_bias'\]: model_type",
+        ),
+        (
+            {**LLAMA, "layer_types": ["chunked_attention"] * 3},
+            r"^config\['layer_types'\]: expected 'sliding_attention' or 'full_attention'.*'chunked_",
+        ),
+        ({**LLAMA, "attention_chunk_size": 8192}, r"^config\['attention_chunk_size'\]"),
+        (
+            {
+                "model_type": "gpt2",
+                "n_embd": 48,
+                "n_head": 4,
+                "n_layer": 3,
+                "n_positions": 32,
+                "vocab_size": 97,
+                "multi_query": True,
+            },
+            r"^config\['multi_query'\]: model_type 'gpt2' does not use this key",
+        ),  # fmt: skip
+        (
+            {**DEEPSEEK_SMALL, "attention_bias": True},
+            r"^config\['attention_bias'\]: model_type 'deepseek_v3'",
+        ),
+        (
+            {k: v for k, v in DEEPSEEK_SMALL.items() if k != "kv_lora_rank"},
+            r"^config: missing key 'kv_lora_rank'",
+        ),
+        (
+            {**DEEPSEEK_SMALL, "qk_rope_head_dim": "64"},
+            r"^config\['qk_rope_head_dim'\]: expected a positive int",
+        ),
+        ({**QWEN2_MOE, "mlp_only_layers": [7]}, r"^config\['mlp_only_layers'\]: expected a list of layer"),
+    ],
+)
+def test_unknown_types_and_unmodelled_keys_are_refused_by_name(config, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        spec_from_dict(config)
+
+
+def test_off_values_of_unused_keys_are_fine():
+    assert spec_from_dict({**LLAMA, "kv_lora_rank": None, "num_experts": 0, "mlp_bias": False}).n_params
+
+
+def test_hub_id_is_not_a_guess_and_not_a_download():
+    with pytest.raises(
+        ValueError, match=r"^name_or_path: 'meta-llama/Llama-3.1-8B' looks like a Hugging Face"
+    ):
+        load_model_spec("meta-llama/Llama-3.1-8B")
+    with pytest.raises(ValueError, match=r"bundled 'llama-3.1-8b' is that model's published config.*--list"):
+        load_model_spec("meta-llama/Llama-3.1-8B")
+    with pytest.raises(ValueError, match=r"huggingface.co/org/new-model/resolve/main/config.json"):
+        load_model_spec("org/new-model")
+
+
+def test_latent_spec_refuses_a_model_config():
+    with pytest.raises(ValueError, match=r"^spec: ModelConfig has no latent attention"):
+        load_model_spec("deepseek-v2").to_model_config()
+
+
+def test_spec_validation_of_the_new_fields():
+    good = dict(
+        name="m", model_type="llama", arch="gated", n_layers=2, d_model=8, n_heads=2, n_kv_heads=1,
+        d_head=4, d_ff=16, vocab_size=10, max_seq_len=8,
+    )  # fmt: skip
+    for change, pattern in [
+        ({"n_experts": 4, "n_experts_per_token": 5}, r"^n_experts_per_token: expected <= n_experts=4"),
+        ({"n_dense_layers": 3}, r"^n_dense_layers: expected 0 \.\. 2"),
+        ({"kv_lora_rank": 8, "qk_rope_head_dim": 2}, r"^kv_lora_rank: latent attention expects"),
+        (
+            {"kv_lora_rank": 8, "n_kv_heads": 2, "qk_rope_head_dim": 4},
+            r"^qk_rope_head_dim: expected 1 \.\. d_head-1",
+        ),
+        ({"q_lora_rank": 8}, r"^q_lora_rank: expected 0 without latent attention"),
+        ({"d_ff_shared": -1}, r"^d_ff_shared: expected an int >= 0"),
+    ]:
+        with pytest.raises(ValueError, match=pattern):
+            ModelSpec(**{**good, **change})
+
+
+ROUND_TRIP = {
+    "llama": LLAMA,
+    "mixtral": {**LLAMA, "model_type": "mixtral", "num_local_experts": 4},
+    "qwen3": {**LLAMA, "model_type": "qwen3"},  # no head_dim: Qwen3Config's default is 128
+    "gemma": {**LLAMA, "model_type": "gemma"},  # Gemma's default head_dim is 256
+    "gemma2": {**LLAMA, "model_type": "gemma2", "sliding_window": 32, "head_dim": 8},
+    "gemma3_text": {**LLAMA, "model_type": "gemma3_text", "head_dim": 8, "sliding_window": 16},
+    "qwen2_moe": QWEN2_MOE,
+    "qwen3_moe": QWEN3_MOE,
+    "deepseek_v3": DEEPSEEK_SMALL,
+    **{name: json.loads(bundled_config_path(name).read_text()) for name in ("starcoder", "deepseek-v2")},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIP))
+def test_configs_saved_by_transformers_read_the_same(name):
+    """transformers writes some keys its own way (num_local_experts for num_experts, head_dim =
+    qk_rope_head_dim for DeepSeek, num_key_value_heads for StarCoder, sliding_window 0): same spec."""
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    config = ROUND_TRIP[name]
+    saved = transformers.AutoConfig.for_model(**config).to_dict()
+    assert spec_from_dict(saved, name="x") == spec_from_dict(config, name="x")
+
+
+def test_family_head_dim_defaults():
+    assert spec_from_dict({**LLAMA, "model_type": "qwen3"}).d_head == 128
+    assert spec_from_dict({**LLAMA, "model_type": "gemma"}).d_head == 256
+    assert spec_from_dict(LLAMA).d_head == 64 // 8
+
+
+@pytest.mark.parametrize(
+    ("config", "pattern"),
+    [
+        (
+            {**DEEPSEEK_SMALL, "head_dim": 5},
+            r"^config\['head_dim'\]: expected qk_rope_head_dim=4 or .*=12, got 5",
+        ),
+        (
+            {**QWEN3_MOE, "num_local_experts": 5},
+            r"^config\['num_local_experts'\]: expected num_experts=6, got 5",
+        ),
+        (
+            {**json.loads(bundled_config_path("starcoder").read_text()), "num_key_value_heads": 48},
+            r"^config\['num_key_value_heads'\]: expected 1 \(from multi_query\), got 48",
+        ),
+    ],
+)
+def test_aliases_that_disagree_are_refused(config, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        spec_from_dict(config)

@@ -129,8 +129,19 @@ def test_argument_errors():
         kv_bytes_total(spec, 10, -1)
     with pytest.raises(TypeError, match=r"^spec: expected a ModelSpec"):
         kv_bytes_per_token({"n_layers": 2})
-    with pytest.raises(ValueError, match=r"^memory_gib: expected a positive number of GiB, got 0"):
+    with pytest.raises(ValueError, match=r"^memory_gib: expected a finite number of GiB > 0, got 0"):
         kv_memory(spec, 10, memory_gib=0)
+    # issue 12: inf overflowed, 1e-12 blamed memory_bytes
+    with pytest.raises(ValueError, match=r"^memory_gib: expected a finite number of GiB > 0, got inf"):
+        kv_memory(spec, 10, memory_gib=float("inf"))
+    with pytest.raises(ValueError, match=r"^memory_gib: expected a finite number of GiB > 0, got nan"):
+        kv_memory(spec, 10, memory_gib=float("nan"))
+    with pytest.raises(
+        ValueError, match=r"^memory_gib: expected at least one byte \(2\*\*-30 GiB\), got 1e-12"
+    ):
+        kv_memory(spec, 10, memory_gib=1e-12)
+    with pytest.raises(TypeError, match=r"^memory_gib: expected a number of GiB, got str"):
+        kv_memory(spec, 10, memory_gib="80")
     with pytest.raises(ValueError, match=r"^weights_dtype: expected one of"):
         kv_memory(spec, 10, weights_dtype="fp9")
     with pytest.raises(TypeError, match=r"^memory_bytes: expected an int"):
@@ -198,13 +209,19 @@ def test_cli_lists_bundled_models(capsys):
     [
         (["MISSING"], "config: missing key 'num_hidden_layers'"),
         (["BROKEN"], "is not valid JSON"),
-        (["/nonexistent/config.json"], "path: no such file"),
-        (["llama-9"], "name: no bundled config 'llama-9'"),
+        (["/nonexistent/config.json"], "CONFIG: no such file"),
+        (["llama-9"], "CONFIG: no bundled config 'llama-9'"),
+        (["meta-llama/Llama-3.1-8B"], "CONFIG: 'meta-llama/Llama-3.1-8B' looks like a Hugging Face Hub id"),
+        (["meta-llama/Llama-3.1-8B"], "kv-memory --list"),
+        (["org/some-model"], "download https://huggingface.co/org/some-model/resolve/main/config.json"),
+        (["gpt2", "--memory-gib", "inf"], "--memory-gib: expected a finite number of GiB > 0, got inf"),
+        (["gpt2", "--memory-gib", "1e-12"], "--memory-gib: expected at least one byte"),
+        (["UNKNOWN"], "config['model_type'] in"),
         (["gpt2", "--dtype", "fp7"], "--dtype: expected one of"),
         (["gpt2", "--weights-dtype", "fp7"], "--weights-dtype: expected one of"),
         (["gpt2", "--batch", "0"], "--batch: expected a positive int, got 0"),
         (["gpt2", "--seq-len", "-5"], "--seq-len: expected a positive int, got -5"),
-        (["gpt2", "--memory-gib", "-1"], "--memory-gib: expected a positive number"),
+        (["gpt2", "--memory-gib", "-1"], "--memory-gib: expected a finite number of GiB > 0, got -1.0"),
         (["gpt2", "--batch", "x"], "invalid int value"),
         ([], "config: expected a config.json path or a bundled model name"),
     ],
@@ -216,7 +233,9 @@ def test_cli_errors_exit_2_with_a_clear_message(capsys, tmp_path, argv, message)
     missing.write_text(json.dumps(cfg))
     broken = tmp_path / "broken.json"
     broken.write_text('{"hidden_size": 4096,')
-    argv = [{"MISSING": str(missing), "BROKEN": str(broken)}.get(a, a) for a in argv]
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({**cfg, "model_type": "falcon", "num_hidden_layers": 2}))
+    argv = [{"MISSING": str(missing), "BROKEN": str(broken), "UNKNOWN": str(unknown)}.get(a, a) for a in argv]
     rc, out, err = run_main(capsys, *argv)
     assert rc == 2 and out == ""
     assert message in err and "Traceback" not in err
@@ -250,3 +269,96 @@ def test_report_fits_the_text_width(name):
     for seq_len in (spec.max_seq_len, 10 * spec.max_seq_len):  # the longest lines the report has
         report = memory.format_report(memory.kv_memory(spec, seq_len, 1024, "fp8", 80, "bf16"))
         assert max(map(len, report.splitlines())) <= kvtutor.config.TEXT_WIDTH, report
+
+
+# ---------------------------------------------------------------- issue 12: MLA, MQA, MoE
+
+
+def test_deepseek_v2_bytes_per_token_is_the_latent():
+    """60 layers x (512 + 64) x 2 bytes (the old reading gave 1,228,800)."""
+    spec = load_model_spec("deepseek-v2")
+    assert kv_bytes_per_token(spec) == 60 * (512 + 64) * 2 == 69_120
+    assert memory.kv_bytes_per_token_decompressed(spec) == 60 * 128 * (192 + 128) * 2
+    assert kv_bytes_per_sequence(spec, 1000) == 1000 * 69_120
+    assert kv_bytes_per_token(load_model_spec("deepseek-v3"), "fp8") == 61 * 576
+
+
+def test_starcoder_bytes_per_token_has_one_kv_head():
+    """40 layers x 2 (K, V) x 1 head x 128 x 2 bytes (the old reading gave 983,040)."""
+    assert kv_bytes_per_token(load_model_spec("starcoder")) == 40 * 2 * 128 * 2 == 20_480
+
+
+def test_decompressed_equals_stored_without_a_latent():
+    for name in ("llama-3-8b", "gpt2", "starcoder", "gemma-2-9b"):
+        spec = load_model_spec(name)
+        assert memory.kv_bytes_per_token_decompressed(spec) == kv_bytes_per_token(spec)
+
+
+def test_cli_json_of_deepseek_v2(capsys):
+    rc, out, err = run_main(capsys, "deepseek-v2", "--seq-len", "4096", "--batch", "2", "--json")
+    assert rc == 0 and err == ""
+    data = json.loads(out)
+    assert data["kv_bytes_per_token"] == 69_120 and data["attention"] == "MLA"
+    assert data["kv_bytes_total"] == 2 * 4096 * 69_120
+    assert data["kv_bytes_per_token_decompressed"] == 4_915_200
+    assert data["n_params"] == 235_741_434_880 and data["weights_bytes"] == 2 * data["n_params"]
+    assert round(data["n_active_params"] / 1e9) == 21
+    assert (data["n_experts"], data["n_experts_per_token"]) == (160, 6)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("llama-2-7b", "MHA"), ("llama-3-8b", "GQA"), ("starcoder", "MQA"), ("deepseek-v3", "MLA")],
+)
+def test_cli_json_names_the_attention_kind(capsys, name, kind):
+    rc, out, _ = run_main(capsys, name, "--seq-len", "128", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["attention"] == kind
+    assert data["n_active_params"] <= data["n_params"]
+
+
+def test_cli_table_of_moe_and_mla(capsys):
+    rc, out, _ = run_main(capsys, "deepseek-v2", "--seq-len", "4096")
+    assert rc == 0
+    assert "21.38 B active per token (6 of 160 routed experts)" in out
+    assert "multi-head latent" in out and "69,120" in out and "4,915,200" in out
+    rc, out, _ = run_main(capsys, "starcoder", "--seq-len", "4096")
+    assert "multi-query: 48 query heads per KV head" in out and "20,480" in out
+
+
+def test_mla_decode_costs_by_hand():
+    spec = load_model_spec("deepseek-v2")
+    c = memory.mla_decode_costs(spec, 4096)
+    s, h = 4096, 128
+    assert c["latent_bytes"] == s * 576 * 2 and c["heads_bytes"] == s * h * 320 * 2
+    assert c["heads_flops"] == 2 * s * h * (192 + 128)
+    assert c["expand_flops"] == 2 * s * 512 * h * (128 + 128) + c["heads_flops"]
+    assert c["absorbed_flops"] == 2 * 512 * h * 256 + 2 * s * h * 576 + 2 * s * h * 512
+    assert c["up_projection_weight_bytes"] == 512 * h * 256 * 2
+    with pytest.raises(ValueError, match=r"^spec: expected a latent-attention \(MLA\) model, got GQA"):
+        memory.mla_decode_costs(load_model_spec("llama-3-8b"), 10)
+    with pytest.raises(ValueError, match=r"^seq_len: expected a positive int, got 0"):
+        memory.mla_decode_costs(spec, 0)
+
+
+def test_plots_of_kv_per_token_and_memory_draw():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvtutor import memory_plots
+
+    ax = memory_plots.plot_kv_per_token(["llama-3-70b", "mixtral-8x7b", "deepseek-v2"])
+    assert len(ax.patches) == 4  # one bar each, and the expanded one for the MLA model
+    names = ["llama-2-7b", "llama-3.1-8b", "mistral-7b", "gemma-2-9b", "qwen2.5-7b"]
+    ax = memory_plots.plot_memory_vs_context(names, [1024, 4096])
+    dashed = [line for line in ax.lines if line.get_linestyle() not in ("-", ":", "None")]
+    assert (
+        len(
+            {str(line.get_dashes() if hasattr(line, "get_dashes") else line._dash_pattern) for line in dashed}
+        )
+        == 5
+    )
+    labels = [t.get_text() for t in ax.texts]
+    assert all(any(t.startswith(f"{n} weights") for t in labels) for n in names)
+    plt.close("all")

@@ -286,7 +286,10 @@ def test_out_of_blocks_leaves_everything_unchanged():
     model.prefill([1, 2, 3, 4, 5], seq)  # 3 blocks: the pool is full
     model.decode_step(1, seq)  # position 5 still fits in block 2
     before, table, keys = pool_state(pool), list(seq.block_table), seq.keys(0).copy()
-    with pytest.raises(ValueError, match=r"^k_new_HTK: 1 new tokens need 1 free blocks, the pool has 0 of 3"):
+    # issue 12: this used to name k_new_HTK, which the caller never passed
+    with pytest.raises(
+        ValueError, match=r"^cache: out of blocks: 1 new tokens need 1 free blocks, the pool has 0 of 3"
+    ):
         model.decode_step(2, seq)
     assert len(seq) == 6 and seq.block_table == table
     assert_same_pool(pool_state(pool), before)
@@ -300,7 +303,9 @@ def test_copy_on_write_without_a_free_block_changes_nothing():
     model.prefill([1, 2, 3, 4, 5], parent)
     child = parent.fork()
     before = pool_state(pool)
-    with pytest.raises(ValueError, match=r"^k_new_HTK: 1 new tokens need 1 free blocks, the pool has 0"):
+    with pytest.raises(
+        ValueError, match=r"^cache: out of blocks: 1 new tokens need 1 free blocks, the pool has 0"
+    ):
         model.decode_step(1, child)
     assert_same_pool(pool_state(pool), before)
     assert len(child) == 5 and child.block_table == [0, 1]
@@ -419,3 +424,27 @@ def test_a_sequence_is_a_paged_cache_view():
     pool = PagedKVPool(1, 1, 2, 4, 2)
     seq = pool.new_sequence()
     assert isinstance(seq, PagedKVCache) and seq.pool is pool and seq.block_size == 2
+
+
+# ---------------------------------------------------------------- issue 12: dtypes and lengths
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, bool, "bogus"])
+def test_a_pool_of_integers_is_refused(dtype):
+    """An int8 pool used to round every key and value and give wrong tokens."""
+    with pytest.raises(TypeError, match=r"^dtype: expected a floating NumPy dtype such as np.float32, got "):
+        PagedKVPool(2, 2, 4, 4, 2, dtype=dtype)
+
+
+def test_a_pool_longer_than_the_model_is_refused_by_name():
+    """A sequence of more positions than the model has used to fail in a NumPy broadcast."""
+    model = make_model(max_seq_len=8)
+    pool = PagedKVPool(2, 2, 4, n_blocks=8, block_size=2)  # 16 positions per sequence
+    seq = pool.new_sequence()
+    with pytest.raises(
+        ValueError, match=r"^cache: expected a capacity <= this model's max_seq_len 8, got 16"
+    ):
+        model.prefill(list(range(10)), seq)
+    assert len(seq) == 0 and seq.block_table == [] and pool.allocator.n_free == 8
+    fitting = PagedKVPool(2, 2, 4, n_blocks=8, block_size=2, max_seq_len=8).new_sequence()
+    assert model.prefill([1, 2], fitting).shape == (2, 30)

@@ -204,9 +204,9 @@ BAD = [
         "requests: request 0: max_new_tokens: expected an int, got bool",
     ),
     (
-        {"requests": [(0, [1], 2), (1, [1] * 15, 6)]},
+        {"requests": [(0, [1], 2), (1, [1] * 15, 7)]},
         ValueError,
-        "requests: request 1: prompt of 15 \\+ 6 new tokens = 21 positions exceeds max_seq_len 20",
+        "requests: request 1: prompt of 15 \\+ 7 new tokens needs 21 positions .*more than max_seq_len 20",
     ),
     ({"max_batch_size": 0}, ValueError, "max_batch_size: expected an int >= 1, got 0"),
     ({"max_batch_size": 2.0}, TypeError, "max_batch_size: expected an int, got float"),
@@ -265,3 +265,40 @@ def test_serving_figures_draw_and_check_their_input(numpy_model):
         serving_plots.plot_speedups([1, 2], [1, 2], {})
     with pytest.raises(ValueError, match="labels: expected 2 labels, got 1"):
         serving_plots.plot_distributions([0.5, 0.5], {"s": [1, 1]}, labels=["x"])
+
+
+# ---------------------------------------------------------------- issue 12: lengths and slots
+
+
+def test_a_prompt_of_m_minus_1_and_two_new_tokens_fits(numpy_model):
+    """M positions suffice: the last new token is never fed back (this used to be refused)."""
+    prompt = list(range(1, CFG.max_seq_len))  # M - 1 tokens
+    want = numpy_model.generate(prompt, 2)
+    assert len(want) == 2
+    assert serve(numpy_model, [(0, prompt, 2), (0, [3], CFG.max_seq_len)], 2) == [
+        want,
+        numpy_model.generate([3], CFG.max_seq_len),
+    ]
+    with pytest.raises(ValueError, match=r"request 0: prompt of 19 \+ 3 new tokens needs 21 positions"):
+        serve(numpy_model, [(0, prompt, 3)], 2)
+
+
+def test_one_request_takes_one_slot_however_large_the_batch(numpy_model, monkeypatch):
+    """max_batch_size=10**6 used to allocate a million caches (8-20 s, 1.8 GB) for one request."""
+    from kvtutor import serving
+
+    made = []
+    original = serving._NumpyEngine.__init__
+
+    def counting(self, model, n_slots, capacity):
+        made.append((n_slots, capacity))
+        assert n_slots <= 1000, "one cache per slot: this would take seconds and gigabytes"
+        original(self, model, n_slots, capacity)
+
+    monkeypatch.setattr(serving._NumpyEngine, "__init__", counting)
+    trace = run_serving(numpy_model, [(0, [1, 2, 3], 4)], max_batch_size=10**6)
+    assert made == [(1, 3 + 4 - 1)]  # one slot, sized for the positions the request uses
+    assert trace.max_batch_size == 10**6 and trace.outputs == [numpy_model.generate([1, 2, 3], 4)]
+    made.clear()
+    run_serving(numpy_model, [(0, [1], 2), (3, [2], 2), (5, [1], 0)], max_batch_size=50, policy="static")
+    assert made == [(2, 2)]  # a request of 0 tokens holds no slot

@@ -419,6 +419,28 @@ class NotADraft:
     pass
 
 
+class FixedDraft:
+    """A custom draft that always proposes the same thing (possibly something bad)."""
+
+    def __init__(self, proposal):
+        self.proposal = proposal
+
+    def propose(self, seq, k, temperature, rng):
+        return self.proposal
+
+    def rollback(self, length):
+        pass
+
+
+FIXED_PROPOSALS = {
+    "bad_token": ([3, 40], None),
+    "float_token": ([2.5], None),
+    "not_a_list": (7, None),
+    "no_tuple": [1, 2],
+    "bad_probs": ([1, 2], np.ones((2, 5))),
+}
+
+
 BAD_CALLS = [
     ({"target": "model"}, TypeError, "target: expected a NumpyModel or a TorchModel, got str"),
     ({"draft": NotADraft()}, TypeError, "draft: expected a NumpyModel, a TorchModel or a Draft"),
@@ -426,15 +448,29 @@ BAD_CALLS = [
     ({"prompt_ids": []}, ValueError, "prompt_ids: expected at least one token"),
     ({"prompt_ids": [1, 40]}, ValueError, "prompt_ids: expected token ids in \\[0, 32\\), got 40"),
     (
-        {"max_new_tokens": 14},
+        {"max_new_tokens": 15},
         ValueError,
-        "max_new_tokens: prompt of 3 \\+ 14 new tokens exceeds max_seq_len 16",
+        "max_new_tokens: prompt of 3 \\+ 15 new tokens exceeds the cache.s capacity 16: it needs 17",
     ),
     ({"max_new_tokens": -1}, ValueError, "max_new_tokens: expected >= 0, got -1"),
     ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens: expected an int, got float"),
     ({"k": -1}, ValueError, "k: expected an int >= 0 \\(0 = plain decoding\\), got -1"),
     ({"k": 2.5}, TypeError, "k: expected an int, got float"),
-    ({"temperature": -0.5}, ValueError, "temperature: expected a finite float >= 0, got -0.5"),
+    ({"temperature": -0.5}, ValueError, "temperature: expected >= 0 and finite, got -0.5"),
+    ({"temperature": float("nan")}, ValueError, "temperature: expected >= 0 and finite, got nan"),
+    (
+        {"draft": "bad_token"},
+        ValueError,
+        "draft: expected a token id in \\[0, 32\\), got 40 \\(proposed token 1\\)",
+    ),
+    (
+        {"draft": "float_token"},
+        TypeError,
+        "draft: expected an int token id, got float 2.5 \\(proposed token 0\\)",
+    ),
+    ({"draft": "not_a_list"}, TypeError, "draft: propose\\(\\) must return a list of token ids, got int"),
+    ({"draft": "no_tuple"}, TypeError, "draft: propose\\(\\) must return \\(tokens, probs\\), got list"),
+    ({"draft": "bad_probs"}, ValueError, "draft: propose\\(\\) must return probabilities \\[k=2, V=32\\]"),
     ({"temperature": "hot"}, TypeError, "temperature: expected a float, got str"),
     (
         {"draft": "short"},
@@ -462,6 +498,8 @@ def test_bad_speculative_calls_are_rejected_and_the_cache_unchanged(toy_model, c
         args["draft"] = random_model(vocab=16)
     if args["draft"] == "short":
         args["draft"] = random_model(vocab=32, max_seq_len=8)
+    if isinstance(args["draft"], str) and args["draft"] in FIXED_PROPOSALS:
+        args["draft"] = FixedDraft(FIXED_PROPOSALS[args["draft"]])
     if args["cache"] == "filled":
         args["cache"] = toy_model.new_cache()
         toy_model.prefill([1, 2], args["cache"])
@@ -528,3 +566,20 @@ def test_torch_target_rejects_a_batched_cache(torch_toy):
     with pytest.raises(ValueError, match="cache: expected a cache of batch size 1, got 2"):
         speculative_generate(torch_toy, PromptLookupDraft(), [1, 2], 3, cache=cache)
     assert cache.host_lengths == [0, 0]
+
+
+# ---------------------------------------------------------------- issue 12: lengths that fit
+
+
+@pytest.mark.parametrize("draft", ["layer_cut", "lookup"])
+def test_a_prompt_of_m_minus_1_and_two_new_tokens_fits(toy_model, draft):
+    """M positions suffice: the last new token is never fed back (this used to be refused)."""
+    prompt = [int(t) % 32 for t in range(1, 16)]  # M - 1 = 15 tokens
+    d = layer_cut_draft(toy_model, 1) if draft == "layer_cut" else PromptLookupDraft()
+    assert speculative_generate(toy_model, d, prompt, 2, k=3) == toy_model.generate(prompt, 2)
+    assert speculative_generate(toy_model, d, [1], 16, k=3) == toy_model.generate([1], 16)
+    with pytest.raises(
+        ValueError, match=r"^max_new_tokens: prompt of 15 \+ 3 new tokens exceeds max_seq_len 16"
+    ):
+        speculative_generate(toy_model, d, prompt, 3, k=3)
+    assert speculative_generate(toy_model, d, list(range(16)), 0) == []

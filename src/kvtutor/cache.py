@@ -14,9 +14,11 @@ still describe the committed state, so a forward pass that fails half way change
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from .validate import check_float_dtype
 
 __all__ = ["KVCache", "PreallocatedKVCache", "ConcatKVCache"]
 
@@ -39,6 +41,19 @@ class KVCache(Protocol):
     def truncate(self, length: int) -> None: ...
     @property
     def nbytes(self) -> int: ...
+
+
+def check_cache_args(n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype: Any) -> np.dtype:
+    """Sizes of a cache: positive ints; ``dtype`` a floating NumPy dtype (an integer cache would
+    round every key and value). Returns the dtype."""
+    for name, value in (
+        ("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("capacity", capacity), ("d_head", d_head)
+    ):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+        if value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value}")
+    return check_float_dtype(dtype)
 
 
 class _CacheBase:
@@ -107,6 +122,8 @@ class PreallocatedKVCache(_CacheBase):
     """Per layer, keys and values in buffers of shape [H, M, K], filled up to ``len(self)``."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
+        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
+        n_layers, n_kv_heads, capacity, d_head = int(n_layers), int(n_kv_heads), int(capacity), int(d_head)
         self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
         self.k_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
         self.v_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
@@ -157,6 +174,8 @@ class ConcatKVCache(_CacheBase):
     """Per layer, keys and values as arrays [H, len, K] that grow by concatenation."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
+        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
+        n_layers, n_kv_heads, capacity, d_head = int(n_layers), int(n_kv_heads), int(capacity), int(d_head)
         self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
         self._capacity = capacity
         empty = np.zeros((n_kv_heads, 0, d_head), dtype=dtype)

@@ -109,5 +109,5 @@ class ModelConfig:
         return self.vocab_size * d + self.max_seq_len * d + self.n_layers * per_layer + 2 * d
 
 
-#: The sizes of the seed walkthrough: D = 8, H = 2 heads of K = 4, two layers, a word vocabulary.
+#: The sizes of the worked example: D = 8, H = 2 heads of K = 4, two layers, a word vocabulary.
 TOY_CONFIG = ModelConfig(vocab_size=32, d_model=8, n_heads=2, n_layers=2, max_seq_len=16, d_ff=32)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .config import ModelConfig
+from .validate import check_float_dtype
 
 
 @dataclass
@@ -147,51 +148,133 @@ _IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buff
 _LAYER_KEY = re.compile(r"^h\.(\d+)\.")
 
 
-def _to_numpy(value: Any, key: str, dtype) -> np.ndarray:
+def _to_numpy(value: Any, key: str, dtype: np.dtype) -> np.ndarray:
+    """One state-dict entry -> a finite floating array of ``dtype``; errors name the key."""
+    label = f"state_dict[{key!r}]"
     if hasattr(value, "detach"):  # a torch tensor; .float() also handles bf16
+        if not value.is_floating_point():
+            raise TypeError(f"{label}: expected floating-point weights, got a tensor of dtype {value.dtype}")
         value = value.detach().cpu().float().numpy()
     if not isinstance(value, np.ndarray):
-        raise TypeError(
-            f"state_dict[{key!r}]: expected a numpy array or torch tensor, got {type(value).__name__}"
+        raise TypeError(f"{label}: expected a numpy array or torch tensor, got {type(value).__name__}")
+    if not np.issubdtype(value.dtype, np.floating):
+        raise TypeError(f"{label}: expected floating-point weights, got an array of dtype {value.dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow becomes inf, reported below
+        arr = value.astype(dtype)
+    finite = np.isfinite(arr)
+    if not finite.all():
+        where = np.unravel_index(int(np.argmin(finite)), arr.shape)
+        bad = arr[where]
+        extra = ""
+        if np.isfinite(value[where]):
+            extra = f" ({value[where]!r} overflows {arr.dtype})"
+        raise ValueError(
+            f"{label}: expected finite weights, got {bad} at index {list(map(int, where))}{extra} "
+            f"({int(arr.size - finite.sum())} non-finite in all)"
         )
-    return value.astype(dtype)
+    return arr
+
+
+def _check_layer_numbering(sd: Mapping[str, Any]) -> int:
+    """The number of layers: h.0 .. h.{n-1}, each present; a key past a gap is named as unexpected."""
+    ids = sorted({int(m.group(1)) for k in sd if (m := _LAYER_KEY.match(k))})
+    n_layers = 0
+    while n_layers in ids:
+        n_layers += 1
+    if n_layers < len(ids):
+        first_extra = ids[n_layers]
+        key = min((k for k in sd if k.startswith(f"h.{first_extra}.")), key=str)
+        run = f"layers h.0 .. h.{n_layers - 1} are numbered in order" if n_layers else "there is no layer h.0"
+        raise ValueError(
+            f"state_dict: unexpected key {key!r}: {run}, then comes h.{first_extra} "
+            f"(a gap in the layer numbering: an extra layer, or layer h.{n_layers} is missing)"
+        )
+    return n_layers
+
+
+_HF_KEYS = {"n_layer": "n_layers", "n_head": "n_heads", "n_embd": "d_model", "vocab_size": "vocab_size",
+            "n_positions": "max_seq_len", "n_inner": "d_ff"}  # fmt: skip
+
+
+def check_against_hf_config(config: ModelConfig, hf_config: Mapping[str, Any]) -> None:
+    """The sizes read off a state dict must be those its config.json states (a truncated or
+    mismatched checkpoint is caught): ``n_layer``, ``n_head``, ``n_embd``, ``vocab_size``,
+    ``n_positions`` and ``n_inner`` where present."""
+    if not isinstance(hf_config, Mapping):
+        raise TypeError(f"hf_config: expected a config.json dict, got {type(hf_config).__name__}")
+    model_type = hf_config.get("model_type", "gpt2")
+    if model_type != "gpt2":
+        raise ValueError(f"hf_config['model_type']: expected 'gpt2', got {model_type!r}")
+    for key, field in _HF_KEYS.items():
+        want = hf_config.get(key)
+        if want is None:
+            continue
+        got = getattr(config, field)
+        if want != got:
+            raise ValueError(
+                f"hf_config[{key!r}]: the config says {want!r}, the state dict has {got} "
+                f"({field}); a truncated checkpoint, or the config of another model?"
+            )
 
 
 def weights_from_state_dict(
-    state_dict: Mapping[str, Any], n_heads: int, n_kv_heads: int | None = None, dtype=np.float32
+    state_dict: Mapping[str, Any],
+    n_heads: int,
+    n_kv_heads: int | None = None,
+    dtype=np.float32,
+    hf_config: Mapping[str, Any] | None = None,
 ) -> tuple[ModelConfig, GPT2Weights]:
-    """Check and convert a Hugging Face GPT-2 state dict; errors name the offending key."""
+    """Check and convert a Hugging Face GPT-2 state dict; errors name the offending key.
+
+    Refused: keys that are not strings, values that are not floating-point arrays or tensors
+    (integers, strings, objects), non-finite numbers, layers numbered with a gap, missing or
+    unexpected keys, wrong shapes, an ``lm_head.weight`` that is not the tied ``wte.weight``, and,
+    with ``hf_config`` (the model's config.json as a dict), sizes that differ from the config's.
+    """
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"state_dict: expected a mapping of names to arrays, got {type(state_dict).__name__}")
+    dtype = check_float_dtype(dtype)
     sd: dict[str, Any] = {}
     lm_head = None
     for key, value in state_dict.items():
+        if not isinstance(key, str):
+            raise TypeError(f"state_dict: expected str keys, got {type(key).__name__} key {key!r}")
         if key == "lm_head.weight":
             lm_head = _to_numpy(value, key, dtype)
             continue
         short = key.removeprefix("transformer.")
         if _IGNORED.match(short):
             continue
-        sd[short] = _to_numpy(value, short, dtype)
+        arr = _to_numpy(value, key, dtype)
+        if short in sd:
+            raise ValueError(f"state_dict: key {key!r} given twice (with and without 'transformer.')")
+        sd[short] = arr
     for key in ("wte.weight", "wpe.weight"):
         if key not in sd:
             raise ValueError(f"state_dict: missing key {key!r}")
     wte, wpe = sd["wte.weight"], sd["wpe.weight"]
-    if len(wte.shape) != 2 or len(wpe.shape) != 2 or wte.shape[1] != wpe.shape[1]:
+    if wte.ndim != 2:
+        raise ValueError(f"state_dict['wte.weight']: expected [V, D], got shape {list(wte.shape)}")
+    if wpe.ndim != 2 or wte.shape[1] != wpe.shape[1]:
         raise ValueError(
-            f"state_dict['wpe.weight']: expected [M, D] with D = wte's {list(wte.shape)[1:]}, "
-            f"got {list(wpe.shape)}"
+            f"state_dict['wpe.weight']: expected [M, D] with D = wte's {wte.shape[1]}, got {list(wpe.shape)}"
         )
-    layer_ids = {int(m.group(1)) for k in sd if (m := _LAYER_KEY.match(k))}
-    n_layers = max(layer_ids) + 1 if layer_ids else 0
+    n_layers = _check_layer_numbering(sd)
     fc_key = "h.0.mlp.c_fc.weight"
     if n_layers == 0 or fc_key not in sd:
         raise ValueError(f"state_dict: missing key {fc_key!r}")
+    if sd[fc_key].ndim != 2:
+        raise ValueError(f"state_dict[{fc_key!r}]: expected [D, F], got shape {list(sd[fc_key].shape)}")
     d_model = int(wte.shape[1])
-    d_head = d_model // n_heads if n_heads and d_model % n_heads == 0 else 0
+    d_head = d_model // n_heads if isinstance(n_heads, int) and n_heads > 0 and d_model % n_heads == 0 else 0
     attn = sd.get("h.0.attn.c_attn.weight")
-    if n_kv_heads is None and attn is not None and d_head:
+    if n_kv_heads is None and attn is not None and attn.ndim == 2 and d_head:
         n_kv_heads = (int(attn.shape[1]) - d_model) // (2 * d_head)
+        if n_kv_heads < 1:
+            raise ValueError(
+                f"state_dict['h.0.attn.c_attn.weight']: expected [D, D + 2 Hkv K] with D = {d_model}, "
+                f"got {list(attn.shape)}"
+            )
     config = ModelConfig(
         vocab_size=int(wte.shape[0]),
         d_model=d_model,
@@ -222,9 +305,16 @@ def weights_from_state_dict(
         arrays[key] = sd[key]
     if lm_head is not None:
         head = lm_head
-        if head.shape != arrays["wte.weight"].shape or not np.allclose(head, arrays["wte.weight"]):
+        if head.shape != arrays["wte.weight"].shape:
+            raise ValueError(
+                f"state_dict['lm_head.weight']: expected the tied wte.weight's shape "
+                f"{list(arrays['wte.weight'].shape)}, got {list(head.shape)}"
+            )
+        if not np.allclose(head, arrays["wte.weight"]):
             raise ValueError(
                 "state_dict['lm_head.weight']: expected the tied token embedding wte.weight "
                 "(GPT-2 ties them), got a different matrix"
             )
+    if hf_config is not None:
+        check_against_hf_config(config, hf_config)
     return config, _build(arrays, config)

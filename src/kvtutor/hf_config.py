@@ -1,25 +1,42 @@
 """Read a Hugging Face ``config.json`` into the few numbers that size the KV cache and the weights.
 
-Two families of keys are understood:
+The families understood, by ``model_type``:
 
-* GPT-2 (``model_type: "gpt2"``): ``n_embd``, ``n_head``, ``n_layer``, ``n_positions``, ``n_inner``,
-  ``vocab_size``. LayerNorm with biases, learned positions, a GELU MLP, biases everywhere.
+* GPT-2 (``gpt2``) and StarCoder (``gpt_bigcode``): ``n_embd``, ``n_head``, ``n_layer``,
+  ``n_positions``, ``n_inner``, ``vocab_size``; ``gpt_bigcode`` adds ``multi_query`` (true: one
+  key/value head shared by every query head). LayerNorm with biases, learned positions, a GELU MLP,
+  biases everywhere.
 * Llama and its relatives (``llama``, ``mistral``, ``mixtral``, ``qwen2``, ``qwen3``, ``gemma``,
-  ``gemma2``, ``gemma3_text``, and any config with ``hidden_size``): ``hidden_size``,
-  ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``num_hidden_layers``,
-  ``intermediate_size``, ``max_position_embeddings``, ``sliding_window``, ``vocab_size``,
-  ``tie_word_embeddings``. RMSNorm, rotary positions (no weights), a gated MLP
-  (gate, up and down projections), optionally several experts (``num_local_experts``).
+  ``gemma2``, ``gemma3_text``): ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``,
+  ``head_dim``, ``num_hidden_layers``, ``intermediate_size``, ``max_position_embeddings``,
+  ``sliding_window`` (and the rules each family has for which layers use it),
+  ``vocab_size``, ``tie_word_embeddings``; Mixtral's experts (``num_local_experts``,
+  ``num_experts_per_tok``). RMSNorm, rotary positions (no weights), a gated MLP.
+* Qwen mixtures of experts (``qwen2_moe``, ``qwen3_moe``): ``num_experts``,
+  ``num_experts_per_tok``, ``moe_intermediate_size``, ``shared_expert_intermediate_size``,
+  ``decoder_sparse_step``, ``mlp_only_layers``.
+* DeepSeek-V2 and V3 (``deepseek_v2``, ``deepseek_v3``): multi-head latent attention
+  (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``)
+  and DeepSeek's experts (``n_routed_experts``, ``n_shared_experts``, ``num_experts_per_tok``,
+  ``moe_intermediate_size``, ``first_k_dense_replace``, ``moe_layer_freq``). DeepSeek-V3's
+  multi-token-prediction module (``num_nextn_predict_layers``) is not part of the model that
+  generates text and is left out, as in the published 671B.
+
+Anything else is refused with an error that names the key: a ``model_type`` not listed, or a key
+that changes the sizes in a way this family's reader does not model (``kv_lora_rank`` in a Llama
+config, ``mlp_bias: true``, an unknown ``layer_types`` entry, ...). A wrong number is worse than
+no number.
 
 A bundled table of well-known models' published configs lives in ``kvtutor/data/configs``
 (``bundled_models()``); ``load_model_spec("llama-3-8b")`` reads one of those, and
-``load_model_spec("path/to/config.json")`` reads any file.
+``load_model_spec("path/to/config.json")`` reads any file. Nothing is ever downloaded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -30,6 +47,7 @@ from .config import ModelConfig
 
 __all__ = [
     "ModelSpec",
+    "MODEL_TYPES",
     "spec_from_dict",
     "read_hf_config",
     "bundled_models",
@@ -39,11 +57,61 @@ __all__ = [
 
 #: model_type values whose configs use the Llama key names and a gated MLP
 LLAMA_STYLE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
+QWEN_MOE = ("qwen2_moe", "qwen3_moe")
+DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+GPT2_STYLE = ("gpt2", "gpt_bigcode")
+#: every model_type the reader understands
+MODEL_TYPES = GPT2_STYLE + LLAMA_STYLE + QWEN_MOE + DEEPSEEK
 
 # Defaults that the real config classes use when a key is absent from config.json.
-_TIED_BY_DEFAULT = {"gpt2": True, "gemma": True, "gemma2": True, "gemma3_text": True}
-_QKV_BIAS = {"qwen2"}  # Qwen2 always has biases on q, k and v (not on o)
+_TIED_BY_DEFAULT = {"gpt2": True, "gpt_bigcode": True, "gemma": True, "gemma2": True, "gemma3_text": True}
 _FOUR_NORMS = {"gemma2", "gemma3_text"}  # a norm before and after both attention and MLP
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text"}  # an RMSNorm of width d_head on every q and k head
+_HEAD_DIM_DEFAULT = {"qwen3": 128, "gemma": 256, "gemma2": 256, "gemma3_text": 256}  # else D / H
+
+# Keys that change the cache or the weight count somewhere. A family honours some of them; any
+# other one, set to something other than "off", is refused rather than ignored.
+_SIZING_KEYS = (
+    "multi_query", "head_dim", "num_key_value_heads", "attention_bias", "qkv_bias", "mlp_bias",
+    "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "sliding_window_pattern",
+    "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+    "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "num_nextn_predict_layers", "attention_chunk_size", "cross_attention_layers", "no_rope_layers",
+)  # fmt: skip
+_WINDOW_KEYS = ("sliding_window", "use_sliding_window", "layer_types")
+_HONOURED: dict[str, set[str]] = {
+    "gpt2": set(),
+    "gpt_bigcode": {"multi_query", "num_key_value_heads"},  # transformers writes the latter: 1 or n_head
+    "llama": {"head_dim", "num_key_value_heads", "attention_bias", "mlp_bias", *_WINDOW_KEYS},
+    "mistral": {"head_dim", "num_key_value_heads", *_WINDOW_KEYS},
+    "mixtral": {"head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok", *_WINDOW_KEYS},
+    "qwen2": {"head_dim", "num_key_value_heads", "max_window_layers", *_WINDOW_KEYS},
+    "qwen3": {"head_dim", "num_key_value_heads", "attention_bias", "max_window_layers", *_WINDOW_KEYS},
+    "gemma": {"head_dim", "num_key_value_heads", "attention_bias"},
+    "gemma2": {"head_dim", "num_key_value_heads", "attention_bias", *_WINDOW_KEYS},
+    "gemma3_text": {
+        "head_dim", "num_key_value_heads", "attention_bias", "sliding_window_pattern", *_WINDOW_KEYS,
+    },
+    "qwen2_moe": {
+        "head_dim", "num_key_value_heads", "qkv_bias", "max_window_layers", "num_experts",
+        "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+        "decoder_sparse_step", "mlp_only_layers", "num_local_experts", *_WINDOW_KEYS,
+    },
+    "qwen3_moe": {
+        "head_dim", "num_key_value_heads", "attention_bias", "max_window_layers", "num_experts",
+        "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+        "num_local_experts", *_WINDOW_KEYS,
+    },
+    "deepseek_v2": {
+        "num_key_value_heads", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+        "v_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+        "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq",
+        "head_dim",  # transformers writes qk_rope_head_dim here; checked in _mla_fields
+    },
+}  # fmt: skip
+_HONOURED["deepseek_v3"] = _HONOURED["deepseek_v2"] | {"num_nextn_predict_layers"}
 
 
 @dataclass(frozen=True)
@@ -51,10 +119,20 @@ class ModelSpec:
     """The sizes of a real model that decide its KV-cache and weight memory.
 
     ``arch`` is ``"gpt2"`` (LayerNorm with biases, learned positions, GELU MLP with biases) or
-    ``"gated"`` (RMSNorm, rotary positions, gated MLP without biases, ``n_experts`` copies of it
-    when the model is a mixture of experts). ``sliding_window`` is the number of most recent
-    tokens that ``n_sliding_layers`` of the layers attend to (and so need to keep); the other
-    layers attend to, and keep, the whole context.
+    ``"gated"`` (RMSNorm, rotary positions, gated MLP without biases). ``sliding_window`` is the
+    number of most recent tokens that ``n_sliding_layers`` of the layers attend to (and so need to
+    keep); the other layers attend to, and keep, the whole context.
+
+    Mixture of experts: ``n_experts`` routed experts of width ``d_ff_expert`` in every MoE layer,
+    ``n_experts_per_token`` of them run for each token, plus shared experts of total width
+    ``d_ff_shared`` that every token runs; the first ``n_dense_layers`` layers (or the layers a Qwen
+    config lists) have a dense MLP of width ``d_ff`` instead.
+
+    Multi-head latent attention (``kv_lora_rank > 0``, DeepSeek): the cache keeps, per token and
+    layer, one latent vector of ``kv_lora_rank`` numbers and one rotary key of ``qk_rope_head_dim``
+    numbers shared by every head; ``n_heads`` keys of ``d_head`` (= nope + rope) and values of
+    ``v_head_dim`` are re-expanded from the latent. ``q_lora_rank`` is the query's bottleneck
+    (0: a direct query projection).
     """
 
     name: str
@@ -74,12 +152,27 @@ class ModelSpec:
     attention_bias: str = ""  # "" none, "qkv" (Qwen2), "qkvo" (Llama's attention_bias=true)
     n_experts: int = 1
     norms_per_layer: int = 2
+    n_experts_per_token: int = 1
+    d_ff_expert: int = 0  # 0: d_ff
+    n_dense_layers: int = 0  # layers with a dense MLP in a mixture-of-experts model
+    d_ff_shared: int = 0
+    shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate [D, 1] on the shared expert
+    qk_norm: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0  # 0: d_head
 
     def __post_init__(self) -> None:
         for key in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size"):
             _check_positive_int(key, getattr(self, key))
         _check_positive_int("max_seq_len", self.max_seq_len)
         _check_positive_int("n_experts", self.n_experts)
+        _check_positive_int("n_experts_per_token", self.n_experts_per_token)
+        for key in ("d_ff_expert", "n_dense_layers", "d_ff_shared", "kv_lora_rank", "q_lora_rank"):
+            _check_count(key, getattr(self, key))
+        for key in ("qk_rope_head_dim", "v_head_dim"):
+            _check_count(key, getattr(self, key))
         if self.arch not in ("gpt2", "gated"):
             raise ValueError(f"arch: expected 'gpt2' or 'gated', got {self.arch!r}")
         if self.n_heads % self.n_kv_heads:
@@ -94,6 +187,26 @@ class ModelSpec:
             raise ValueError("n_sliding_layers: expected 0 when sliding_window is None")
         if self.attention_bias not in ("", "qkv", "qkvo"):
             raise ValueError(f"attention_bias: expected '', 'qkv' or 'qkvo', got {self.attention_bias!r}")
+        if self.n_experts_per_token > self.n_experts:
+            raise ValueError(
+                f"n_experts_per_token: expected <= n_experts={self.n_experts}, got {self.n_experts_per_token}"
+            )
+        if self.n_dense_layers > self.n_layers:
+            raise ValueError(f"n_dense_layers: expected 0 .. {self.n_layers}, got {self.n_dense_layers}")
+        if self.kv_lora_rank:
+            if self.arch != "gated" or self.n_kv_heads != self.n_heads:
+                raise ValueError(
+                    "kv_lora_rank: latent attention expects arch 'gated' and n_kv_heads == n_heads"
+                )
+            if not 0 < self.qk_rope_head_dim < self.d_head:
+                raise ValueError(
+                    f"qk_rope_head_dim: expected 1 .. d_head-1 = {self.d_head - 1} with latent attention, "
+                    f"got {self.qk_rope_head_dim}"
+                )
+            if self.sliding_window is not None:
+                raise ValueError("sliding_window: expected None with latent attention")
+        elif self.q_lora_rank or self.qk_rope_head_dim:
+            raise ValueError("q_lora_rank: expected 0 without latent attention (kv_lora_rank = 0)")
 
     # ------------------------------------------------------------ derived sizes
     @property
@@ -103,15 +216,34 @@ class ModelSpec:
 
     @property
     def attention_kind(self) -> str:
-        """'MHA', 'GQA' or 'MQA'."""
+        """'MHA', 'GQA', 'MQA' or 'MLA' (multi-head latent attention)."""
+        if self.kv_lora_rank:
+            return "MLA"
         if self.n_kv_heads == self.n_heads:
             return "MHA"
         return "MQA" if self.n_kv_heads == 1 else "GQA"
 
     @property
+    def d_value(self) -> int:
+        """Width of one value head (d_head except in latent attention)."""
+        return self.v_head_dim or self.d_head
+
+    @property
     def kv_width(self) -> int:
-        """Numbers stored per token per layer for K (and again for V): n_kv_heads x d_head."""
+        """Numbers per token per layer for K of all KV heads: n_kv_heads x d_head (before any latent)."""
         return self.n_kv_heads * self.d_head
+
+    @property
+    def kv_numbers_per_layer(self) -> int:
+        """Numbers cached per token per layer: K and V rows of every KV head, or MLA's latent + rope key."""
+        if self.kv_lora_rank:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return self.n_kv_heads * (self.d_head + self.d_value)
+
+    @property
+    def kv_numbers_per_layer_decompressed(self) -> int:
+        """Per token per layer, K and V of every head as attention uses them (MLA: after expansion)."""
+        return self.n_kv_heads * (self.d_head + self.d_value)
 
     @property
     def n_full_layers(self) -> int:
@@ -125,12 +257,38 @@ class ModelSpec:
         return self.n_full_layers * seq_len + self.n_sliding_layers * windowed
 
     @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 1
+
+    @property
+    def n_moe_layers(self) -> int:
+        return self.n_layers - self.n_dense_layers if self.is_moe else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed expert (a gated MLP of width d_ff_expert)."""
+        return 3 * self.d_model * (self.d_ff_expert or self.d_ff)
+
+    def _attention_params(self) -> int:
+        d, h, k = self.d_model, self.n_heads, self.d_head
+        if self.kv_lora_rank:  # DeepSeek's latent attention
+            r_q, r_kv, rope = self.q_lora_rank, self.kv_lora_rank, self.qk_rope_head_dim
+            q = d * r_q + r_q + r_q * h * k if r_q else d * h * k  # (down, norm, up) or direct
+            kv = (
+                d * (r_kv + rope) + r_kv + r_kv * h * (k - rope + self.d_value)
+            )  # down, norm, up to K_nope, V
+            return q + kv + h * self.d_value * d
+        q_width, kv = h * k, self.kv_width
+        bias = {"": 0, "qkv": q_width + 2 * kv, "qkvo": q_width + 2 * kv + d}[self.attention_bias]
+        return d * q_width + 2 * d * kv + q_width * d + bias
+
+    @property
     def n_params(self) -> int:
-        """Weight count estimate from the sizes (exact for the bundled models, tied matrices counted once)."""
+        """Weight count from the sizes (exact for the bundled models, tied matrices counted once)."""
         d, f, v = self.d_model, self.d_ff, self.vocab_size
-        q_width, kv = self.n_heads * self.d_head, self.kv_width
         head = 0 if self.tie_word_embeddings else v * d
         if self.arch == "gpt2":
+            q_width, kv = self.n_heads * self.d_head, self.kv_width
             per_layer = (
                 2 * d  # ln_1
                 + d * (q_width + 2 * kv) + (q_width + 2 * kv)  # W_Q, W_K, W_V and biases
@@ -139,11 +297,22 @@ class ModelSpec:
                 + d * f + f + f * d + d  # c_fc, c_proj
             )  # fmt: skip
             return v * d + self.max_seq_len * d + self.n_layers * per_layer + 2 * d + head
-        bias = {"": 0, "qkv": q_width + 2 * kv, "qkvo": q_width + 2 * kv + d}[self.attention_bias]
-        attn = d * q_width + 2 * d * kv + q_width * d + bias
-        mlp = self.n_experts * 3 * d * f + (d * self.n_experts if self.n_experts > 1 else 0)  # + router
-        per_layer = attn + mlp + self.norms_per_layer * d
-        return v * d + self.n_layers * per_layer + d + head
+        norms = self.norms_per_layer * d + (2 * self.d_head if self.qk_norm else 0)
+        per_layer = self._attention_params() + norms
+        dense_mlp = 3 * d * f
+        moe_mlp = (
+            self.n_experts * self.expert_params + d * self.n_experts  # experts, router
+            + 3 * d * self.d_ff_shared + (d if self.shared_expert_gate else 0)
+        )  # fmt: skip
+        n_moe = self.n_moe_layers
+        mlps = (self.n_layers - n_moe) * dense_mlp + n_moe * moe_mlp
+        return v * d + self.n_layers * per_layer + mlps + d + head
+
+    @property
+    def n_active_params(self) -> int:
+        """Weights one token runs through: n_params less the routed experts it does not use."""
+        idle = self.n_moe_layers * (self.n_experts - self.n_experts_per_token) * self.expert_params
+        return self.n_params - idle
 
     def to_model_config(self, max_seq_len: int | None = None, vocab_size: int | None = None) -> ModelConfig:
         """A ``ModelConfig`` with the same attention shapes (so the same KV cache layout).
@@ -152,6 +321,11 @@ class ModelSpec:
         model built from it is GPT-2-style: its cache has the same shape per token, its weights
         do not (use ``n_params`` for those). Needs ``n_heads * d_head == d_model``.
         """
+        if self.kv_lora_rank:
+            raise ValueError(
+                f"spec: ModelConfig has no latent attention "
+                f"(kv_lora_rank={self.kv_lora_rank}) for {self.name}"
+            )
         if self.n_heads * self.d_head != self.d_model:
             raise ValueError(
                 f"spec: ModelConfig needs n_heads * d_head == d_model, got {self.n_heads} * "
@@ -188,6 +362,14 @@ def _check_positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int >= 0, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name}: expected an int >= 0, got {value}")
+    return value
+
+
 class _Reader:
     """Looks keys up in one config dict; every error names the key and the file."""
 
@@ -200,15 +382,16 @@ class _Reader:
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def int(self, key: str, default: int | None = None, low: int = 1) -> int:
         value = self.cfg.get(key)
         if value is None:
             if default is not None:
                 return default
             where = f" in {self.where}" if self.where else ""
             raise ValueError(f"config: missing key {key!r}{where}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{self._label(key)}: expected a positive int, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            kind = "a positive int" if low == 1 else f"an int >= {low}"
+            raise ValueError(f"{self._label(key)}: expected {kind}, got {value!r}")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -219,24 +402,71 @@ class _Reader:
             raise ValueError(f"{self._label(key)}: expected true or false, got {value!r}")
         return value
 
+    def layer_list(self, key: str, n_layers: int) -> list[int]:
+        value = self.cfg.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_layers for i in value
+        ):
+            raise ValueError(
+                f"{self._label(key)}: expected a list of layer indices 0 .. {n_layers - 1}, got {value!r}"
+            )
+        return value
+
+
+def _is_off(value: Any) -> bool:
+    """None, false, 0, [] or "": a sizing key set this way changes nothing."""
+    if value is None or value is False:
+        return True
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value == 0
+    return value == [] or value == ""
+
+
+def _check_honoured(r: _Reader, model_type: str) -> None:
+    """A sizing key this family's reader does not model, set to anything but 'off', is an error."""
+    honoured = _HONOURED[model_type]
+    for key in _SIZING_KEYS:
+        value = r.cfg.get(key)
+        if key in honoured or _is_off(value):
+            continue
+        raise ValueError(
+            f"{r._label(key)}: model_type {model_type!r} does not use this key, and the calculator "
+            f"cannot honour {key}={value!r}: it would change the sizes in a way it does not model"
+        )
+    if r.bool("mlp_bias", False):
+        raise ValueError(f"{r._label('mlp_bias')}: biases on the MLP are not modelled; expected false")
+
 
 def _sliding_layers(r: _Reader, model_type: str, n_layers: int) -> tuple[int | None, int]:
     """(window, number of layers that use it), following the rules of each config class."""
-    window = r.int("sliding_window") if r.has("sliding_window") else None
+    window = r.int("sliding_window", 0, low=0) or None  # transformers writes 0 for "no window"
     layer_types = r.cfg.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != n_layers:
             raise ValueError(
                 f"{r._label('layer_types')}: expected a list of {n_layers} strings, got {layer_types!r}"
             )
+        unknown = sorted(
+            {t for t in layer_types if t not in ("sliding_attention", "full_attention")}, key=str
+        )
+        if unknown:
+            raise ValueError(
+                f"{r._label('layer_types')}: expected 'sliding_attention' or 'full_attention' entries, "
+                f"got {unknown[0]!r} (not modelled)"
+            )
         n_sliding = sum(t == "sliding_attention" for t in layer_types)
+        if n_sliding and window is None:
+            raise ValueError(f"{r._label('layer_types')}: sliding layers listed but no sliding_window")
         return (window, n_sliding) if window and n_sliding else (None, 0)
     if window is None:
         return None, 0
-    if model_type == "qwen2":  # only with use_sliding_window, and only from layer max_window_layers on
+    if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        # only with use_sliding_window, and only from layer max_window_layers on
         if not r.bool("use_sliding_window", False):
             return None, 0
-        start = min(r.int("max_window_layers", 28), n_layers)
+        start = min(r.int("max_window_layers", 28, low=0), n_layers)
         return (window, n_layers - start) if start < n_layers else (None, 0)
     if not r.bool("use_sliding_window", True):
         return None, 0
@@ -248,8 +478,104 @@ def _sliding_layers(r: _Reader, model_type: str, n_layers: int) -> tuple[int | N
     return window, n_layers
 
 
+def _model_type(r: _Reader, config: Mapping[str, Any]) -> str:
+    model_type = config.get("model_type")
+    known = ", ".join(MODEL_TYPES)
+    if model_type is None:
+        where = f" in {r.where}" if r.where else ""
+        raise ValueError(
+            f"config: missing key 'model_type'{where}; expected one of {known} "
+            '(add "model_type": "llama" for a Llama-style model)'
+        )
+    if not isinstance(model_type, str):
+        raise ValueError(f"{r._label('model_type')}: expected a string, got {model_type!r}")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"{r._label('model_type')}: expected one of {known}, got {model_type!r} "
+            "(its cache layout is not known to the calculator, and a guess could be wrong)"
+        )
+    return model_type
+
+
+def _gpt2_spec(r: _Reader, name: str, model_type: str) -> ModelSpec:
+    d_model, n_heads, n_layers = r.int("n_embd"), r.int("n_head"), r.int("n_layer")
+    if d_model % n_heads:
+        raise ValueError(f"{r._label('n_embd')}: expected a multiple of n_head={n_heads}, got {d_model}")
+    max_seq_len = r.int("n_ctx") if r.has("n_ctx") and not r.has("n_positions") else r.int("n_positions")
+    n_kv_heads = n_heads
+    if model_type == "gpt_bigcode" and r.bool("multi_query", True):  # GPTBigCodeConfig's default
+        n_kv_heads = 1
+    if r.int("num_key_value_heads", n_kv_heads) != n_kv_heads:
+        raise ValueError(
+            f"{r._label('num_key_value_heads')}: expected {n_kv_heads} (from multi_query), "
+            f"got {r.cfg['num_key_value_heads']!r}"
+        )
+    return ModelSpec(
+        name=name, model_type=model_type, arch="gpt2", n_layers=n_layers, d_model=d_model,
+        n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_model // n_heads,
+        d_ff=r.int("n_inner", 4 * d_model), vocab_size=r.int("vocab_size"), max_seq_len=max_seq_len,
+        tie_word_embeddings=r.bool("tie_word_embeddings", True),
+    )  # fmt: skip
+
+
+def _moe_fields(r: _Reader, model_type: str, n_layers: int) -> dict[str, Any]:
+    """The mixture-of-experts fields of ModelSpec, in each family's naming (empty for a dense model)."""
+    if model_type == "mixtral":
+        n = r.int("num_local_experts", 8)
+        if n == 1:
+            return {}
+        return {"n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok", 2)}
+    if model_type in QWEN_MOE:
+        alias = r.int("num_local_experts", 0, low=0)  # transformers' name for num_experts
+        n = r.int("num_experts", alias, low=0)
+        if alias and alias != n:
+            raise ValueError(f"{r._label('num_local_experts')}: expected num_experts={n}, got {alias}")
+        if n == 0:
+            return {}
+        dense = set(r.layer_list("mlp_only_layers", n_layers))
+        step = r.int("decoder_sparse_step", 1)
+        n_dense = sum(1 for i in range(n_layers) if i in dense or (i + 1) % step)
+        shared = r.int("shared_expert_intermediate_size", 0, low=0) if model_type == "qwen2_moe" else 0
+        return {
+            "n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok"),
+            "d_ff_expert": r.int("moe_intermediate_size"), "n_dense_layers": n_dense,
+            "d_ff_shared": shared, "shared_expert_gate": shared > 0,
+        }  # fmt: skip
+    if model_type in DEEPSEEK:
+        n = r.int("n_routed_experts", 0, low=0)
+        if n == 0:
+            return {}
+        first, freq = r.int("first_k_dense_replace", 0, low=0), r.int("moe_layer_freq", 1)
+        n_dense = sum(1 for i in range(n_layers) if not (i >= first and i % freq == 0))
+        d_ff_expert = r.int("moe_intermediate_size")
+        return {
+            "n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok"),
+            "d_ff_expert": d_ff_expert, "n_dense_layers": n_dense,
+            "d_ff_shared": r.int("n_shared_experts", 0, low=0) * d_ff_expert,
+        }  # fmt: skip
+    return {}
+
+
+def _mla_fields(r: _Reader, n_heads: int) -> dict[str, Any]:
+    """DeepSeek's latent attention: d_head is the query/key head (nope + rope)."""
+    rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
+    if r.has("head_dim") and r.int("head_dim") not in (rope, nope + rope):
+        raise ValueError(
+            f"{r._label('head_dim')}: expected qk_rope_head_dim={rope} or qk_nope_head_dim + "
+            f"qk_rope_head_dim={nope + rope}, got {r.cfg['head_dim']!r}"
+        )
+    return {
+        "n_kv_heads": n_heads,  # every head gets its own K and V, expanded from the shared latent
+        "d_head": nope + rope,
+        "kv_lora_rank": r.int("kv_lora_rank"),
+        "q_lora_rank": r.int("q_lora_rank", 0, low=0),
+        "qk_rope_head_dim": rope,
+        "v_head_dim": r.int("v_head_dim"),
+    }
+
+
 def spec_from_dict(config: Mapping[str, Any], name: str = "", where: str = "") -> ModelSpec:
-    """A parsed config.json (a dict) -> ``ModelSpec``; errors name the missing or bad key."""
+    """A parsed config.json (a dict) -> ``ModelSpec``; errors name the missing, bad or unmodelled key."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected a JSON object (dict), got {type(config).__name__}")
     if (
@@ -259,54 +585,49 @@ def spec_from_dict(config: Mapping[str, Any], name: str = "", where: str = "") -
     ):
         config = config["text_config"]  # multimodal wrappers keep the language model's sizes here
     r = _Reader(config, where)
-    model_type = config.get("model_type")
-    if model_type is not None and not isinstance(model_type, str):
-        raise ValueError(f"{r._label('model_type')}: expected a string, got {model_type!r}")
-    name = name or str(config.get("_name_or_path") or model_type or "model")
-    gpt2_keys = model_type == "gpt2" or (config.get("n_embd") is not None and not r.has("hidden_size"))
-    if gpt2_keys:
-        d_model, n_heads, n_layers = r.int("n_embd"), r.int("n_head"), r.int("n_layer")
-        if d_model % n_heads:
-            raise ValueError(f"{r._label('n_embd')}: expected a multiple of n_head={n_heads}, got {d_model}")
-        max_seq_len = r.int("n_ctx") if r.has("n_ctx") and not r.has("n_positions") else r.int("n_positions")
-        return ModelSpec(
-            name=name, model_type=model_type or "gpt2", arch="gpt2", n_layers=n_layers, d_model=d_model,
-            n_heads=n_heads, n_kv_heads=n_heads, d_head=d_model // n_heads,
-            d_ff=r.int("n_inner", 4 * d_model), vocab_size=r.int("vocab_size"), max_seq_len=max_seq_len,
-            tie_word_embeddings=r.bool("tie_word_embeddings", True),
-        )  # fmt: skip
-    if model_type is None and not r.has("hidden_size"):
-        raise ValueError(
-            "config: missing key 'hidden_size' (Llama-style) or 'n_embd' (GPT-2)"
-            + (f" in {where}" if where else "")
-        )
-    model_type = model_type or "llama"
+    model_type = _model_type(r, config)
+    name = name or str(config.get("_name_or_path") or model_type)
+    _check_honoured(r, model_type)
+    if model_type in GPT2_STYLE:
+        return _gpt2_spec(r, name, model_type)
     d_model, n_heads, n_layers = (
         r.int("hidden_size"),
         r.int("num_attention_heads"),
         r.int("num_hidden_layers"),
     )
-    n_kv_heads = r.int("num_key_value_heads", n_heads)  # absent in older (MHA) Llama configs
-    if n_heads % n_kv_heads:
-        raise ValueError(
-            f"{r._label('num_key_value_heads')}: expected a divisor of "
-            f"num_attention_heads={n_heads}, got {n_kv_heads}"
-        )
-    if not r.has("head_dim") and d_model % n_heads:
-        raise ValueError(
-            f"{r._label('hidden_size')}: expected a multiple of num_attention_heads={n_heads} "
-            f"(or an explicit head_dim), got {d_model}"
-        )
-    window, n_sliding = _sliding_layers(r, model_type, n_layers)
-    bias = "qkv" if model_type in _QKV_BIAS else ("qkvo" if r.bool("attention_bias", False) else "")
+    fields: dict[str, Any] = {}
+    if model_type in DEEPSEEK and r.cfg.get("kv_lora_rank") is not None:
+        fields = _mla_fields(r, n_heads)
+    else:
+        if model_type in DEEPSEEK:
+            raise ValueError(f"config: missing key 'kv_lora_rank'{f' in {where}' if where else ''}")
+        n_kv_heads = r.int("num_key_value_heads", n_heads)  # absent in older (MHA) Llama configs
+        if n_heads % n_kv_heads:
+            raise ValueError(
+                f"{r._label('num_key_value_heads')}: expected a divisor of "
+                f"num_attention_heads={n_heads}, got {n_kv_heads}"
+            )
+        default_head_dim = _HEAD_DIM_DEFAULT.get(model_type, d_model // n_heads)
+        if not r.has("head_dim") and model_type not in _HEAD_DIM_DEFAULT and d_model % n_heads:
+            raise ValueError(
+                f"{r._label('hidden_size')}: expected a multiple of num_attention_heads={n_heads} "
+                f"(or an explicit head_dim), got {d_model}"
+            )
+        fields = {"n_kv_heads": n_kv_heads, "d_head": r.int("head_dim", default_head_dim)}
+    window, n_sliding = _sliding_layers(r, model_type, n_layers) if model_type not in DEEPSEEK else (None, 0)
+    if model_type == "qwen2":
+        bias = "qkv"  # Qwen2 always has biases on q, k and v (not on o)
+    elif model_type == "qwen2_moe":
+        bias = "qkv" if r.bool("qkv_bias", True) else ""
+    else:
+        bias = "qkvo" if r.bool("attention_bias", False) else ""
     return ModelSpec(
         name=name, model_type=model_type, arch="gated", n_layers=n_layers, d_model=d_model,
-        n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=r.int("head_dim", d_model // n_heads),
-        d_ff=r.int("intermediate_size"), vocab_size=r.int("vocab_size"),
+        n_heads=n_heads, d_ff=r.int("intermediate_size"), vocab_size=r.int("vocab_size"),
         max_seq_len=r.int("max_position_embeddings"), sliding_window=window, n_sliding_layers=n_sliding,
         tie_word_embeddings=r.bool("tie_word_embeddings", _TIED_BY_DEFAULT.get(model_type, False)),
-        attention_bias=bias, n_experts=r.int("num_local_experts", 1),
-        norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
+        attention_bias=bias, norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
+        qk_norm=model_type in _QK_NORM, **fields, **_moe_fields(r, model_type, n_layers),
     )  # fmt: skip
 
 
@@ -353,11 +674,35 @@ def bundled_config_path(name: str) -> Path:
     return p
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _hub_id_message(hub_id: str) -> str:
+    same = [
+        p.stem
+        for p in sorted(_configs_dir().glob("*.json"))
+        if str(json.loads(p.read_text()).get("_name_or_path", "")).lower() == hub_id.lower()
+    ]
+    hint = f" The bundled {same[0]!r} is that model's published config." if same else ""
+    return (
+        f"name_or_path: {hub_id!r} looks like a Hugging Face Hub id, not a file, and nothing is "
+        f"downloaded here.{hint} `python -m kvtutor kv-memory --list` (or bundled_models()) lists "
+        f"the bundled names; for another model, download https://huggingface.co/{hub_id}/resolve/"
+        "main/config.json and pass the path of that file"
+    )
+
+
 def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
-    """A bundled model name (``'mistral-7b'``) or a path to a config.json -> ``ModelSpec``."""
+    """A bundled model name (``'mistral-7b'``) or a path to a config.json -> ``ModelSpec``.
+
+    A Hub id (``'meta-llama/Llama-3.1-8B'``) that is not a local path is refused with a message
+    saying where to get its config.json: nothing is downloaded.
+    """
     if isinstance(name_or_path, str) and not os.path.exists(name_or_path):
         if (_configs_dir() / f"{name_or_path.lower()}.json").is_file():
             return read_hf_config(bundled_config_path(name_or_path), name=name_or_path.lower())
+        if _HUB_ID.match(name_or_path) and not name_or_path.endswith(".json"):
+            raise ValueError(_hub_id_message(name_or_path))
         if not name_or_path.endswith(".json") and os.sep not in name_or_path:
             bundled_config_path(name_or_path)  # raises with the list of bundled names
     return read_hf_config(name_or_path)

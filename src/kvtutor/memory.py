@@ -4,6 +4,11 @@ Per token, every layer keeps one key and one value row per KV head::
 
     kv_bytes_per_token = 2 (K and V) x n_layers x n_kv_heads x d_head x bytes per number
 
+Multi-head latent attention (DeepSeek) keeps instead one latent vector and one small rotary key
+per token and layer, shared by every head::
+
+    kv_bytes_per_token = n_layers x (kv_lora_rank + qk_rope_head_dim) x bytes per number
+
 A sequence of S tokens keeps S such rows, except in layers with a sliding window W, which keep
 only the last min(S, W). A batch of B sequences keeps B times that. The command line
 ``python -m kvtutor kv-memory CONFIG.json --seq-len 8192 --batch 8 --dtype bf16`` prints it all.
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import asdict, dataclass
@@ -25,10 +31,12 @@ __all__ = [
     "GIB",
     "dtype_bytes",
     "kv_bytes_per_token",
+    "kv_bytes_per_token_decompressed",
     "kv_bytes_per_sequence",
     "kv_bytes_total",
     "weights_bytes",
     "max_batch",
+    "mla_decode_costs",
     "KVMemory",
     "kv_memory",
     "format_bytes",
@@ -74,10 +82,19 @@ def dtype_bytes(dtype: str) -> float:
 
 
 def kv_bytes_per_token(spec: ModelSpec, dtype: str = "bf16") -> int:
-    """2 x L x Hkv x K x bytes: what one more token adds to the cache, in every
-    layer."""
+    """2 x L x Hkv x K x bytes (MLA: L x (latent + rope key) x bytes): what
+    one more token adds to the cache, in every layer."""
     _check_spec(spec)
-    return _nbytes(2 * spec.n_layers * spec.kv_width, _check_dtype(dtype))
+    return _nbytes(spec.n_layers * spec.kv_numbers_per_layer, _check_dtype(dtype))
+
+
+def kv_bytes_per_token_decompressed(spec: ModelSpec, dtype: str = "bf16") -> int:
+    """Per token, K and V of every head as attention reads them: for MLA the
+    cache of an implementation that stores the expanded heads; otherwise the
+    same as ``kv_bytes_per_token``."""
+    _check_spec(spec)
+    numbers = spec.n_layers * spec.kv_numbers_per_layer_decompressed
+    return _nbytes(numbers, _check_dtype(dtype))
 
 
 def kv_bytes_per_sequence(
@@ -89,7 +106,7 @@ def kv_bytes_per_sequence(
     the last W tokens."""
     _check_spec(spec)
     _check_count("seq_len", seq_len)
-    n_numbers = 2 * spec.kv_width * spec.cached_tokens(seq_len)
+    n_numbers = spec.kv_numbers_per_layer * spec.cached_tokens(seq_len)
     return _nbytes(n_numbers, _check_dtype(dtype))
 
 
@@ -120,6 +137,41 @@ def max_batch(
     return max(0, room // kv_bytes_per_sequence(spec, seq_len, dtype))
 
 
+def mla_decode_costs(spec: ModelSpec, seq_len: int, dtype: str = "bf16") -> dict[str, int]:
+    """What one decode step costs in one layer of a latent-attention (MLA) model, for one sequence
+    of seq_len cached tokens: bytes read from the cache and FLOPs (2 per multiply-add), three ways.
+
+    * ``heads``: a cache of expanded per-head K and V (what MHA would keep): read them, attend:
+      2 S H (K + Kv) FLOPs for the scores and the weighted sum.
+    * ``expand``: read the latents and up-project all S of them into K and V at every step
+      (2 S r H (K - rope + Kv) more FLOPs), then attend as ``heads``.
+    * ``absorbed``: fold the key up-projection into the query and the value up-projection into the
+      output (2 H r (K - rope + Kv) per step, whatever S), and attend over the latents directly:
+      2 S H (r + rope) for the scores, 2 S H r for the weighted sum.
+
+    r = kv_lora_rank, K = d_head (nope + rope), Kv = v_head_dim, H = n_heads.
+    """
+    _check_spec(spec)
+    _check_count("seq_len", seq_len)
+    if not spec.kv_lora_rank:
+        raise ValueError(
+            f"spec: expected a latent-attention (MLA) model, got {spec.attention_kind} {spec.name}"
+        )
+    bits = _check_dtype(dtype)
+    s, h, r, rope = seq_len, spec.n_heads, spec.kv_lora_rank, spec.qk_rope_head_dim
+    k, kv = spec.d_head, spec.d_value
+    attend = 2 * s * h * (k + kv)
+    up_projection = 2 * r * h * (k - rope + kv)  # per token
+    return {
+        "heads_bytes": _nbytes(s * spec.kv_numbers_per_layer_decompressed, bits),
+        "latent_bytes": _nbytes(s * spec.kv_numbers_per_layer, bits),
+        "heads_flops": attend,
+        "expand_flops": s * up_projection + attend,
+        "absorbed_flops": up_projection + 2 * s * h * (r + rope) + 2 * s * h * r,
+        "up_projection_weight_bytes": _nbytes(r * h * (k - rope + kv), bits),
+    }
+
+
 @dataclass(frozen=True)
 class KVMemory:
     """Every number the calculator reports for one model, context length, batch and dtype."""
@@ -143,12 +195,28 @@ class KVMemory:
     kv_bytes_total: int
     weights_bytes: int
     total_bytes: int
+    n_active_params: int
+    kv_bytes_per_token_decompressed: int
+    n_experts: int
+    n_experts_per_token: int
     memory_bytes: int | None = None
     max_batch: int | None = None
     fits: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _memory_bytes(memory_gib: Any) -> int:
+    """GiB -> whole bytes; a clear error for inf, nan, <= 0 or less than one byte."""
+    if isinstance(memory_gib, bool) or not isinstance(memory_gib, (int, float)):
+        raise TypeError(f"memory_gib: expected a number of GiB, got {type(memory_gib).__name__}")
+    if not (math.isfinite(memory_gib) and memory_gib > 0):
+        raise ValueError(f"memory_gib: expected a finite number of GiB > 0, got {memory_gib!r}")
+    memory = int(memory_gib * GIB)
+    if memory < 1:
+        raise ValueError(f"memory_gib: expected at least one byte (2**-30 GiB), got {memory_gib!r}")
+    return memory
 
 
 def kv_memory(
@@ -168,9 +236,7 @@ def kv_memory(
     w = weights_bytes(spec, weights_dtype)
     memory = biggest = fits = None
     if memory_gib is not None:
-        if isinstance(memory_gib, bool) or not isinstance(memory_gib, (int, float)) or not memory_gib > 0:
-            raise ValueError(f"memory_gib: expected a positive number of GiB, got {memory_gib!r}")
-        memory = int(memory_gib * GIB)
+        memory = _memory_bytes(memory_gib)
         biggest = max_batch(spec, seq_len, memory, dtype, weights_dtype)
         fits = w + total <= memory
     return KVMemory(
@@ -180,7 +246,10 @@ def kv_memory(
         n_sliding_layers=spec.n_sliding_layers, max_position_embeddings=spec.max_seq_len,
         n_params=spec.n_params, kv_bytes_per_token=kv_bytes_per_token(spec, dtype),
         kv_bytes_per_sequence=kv_bytes_per_sequence(spec, seq_len, dtype), kv_bytes_total=total,
-        weights_bytes=w, total_bytes=w + total, memory_bytes=memory, max_batch=biggest, fits=fits,
+        weights_bytes=w, total_bytes=w + total, n_active_params=spec.n_active_params,
+        kv_bytes_per_token_decompressed=kv_bytes_per_token_decompressed(spec, dtype),
+        n_experts=spec.n_experts, n_experts_per_token=spec.n_experts_per_token,
+        memory_bytes=memory, max_batch=biggest, fits=fits,
     )  # fmt: skip
 
 
@@ -194,22 +263,38 @@ def format_bytes(n: float) -> str:
 
 def format_report(m: KVMemory) -> str:
     """The table the command line prints."""
-    kind = {"MHA": "multi-head", "GQA": "grouped-query", "MQA": "multi-query"}[m.attention]
     group = m.n_heads // m.n_kv_heads
     window = "none (every layer keeps the whole context)"
     if m.sliding_window:
         window = f"{m.sliding_window:,} tokens in {m.n_sliding_layers} of {m.n_layers} layers"
-    lines = [
-        f"model      {m.model}: {m.n_params / 1e9:.2f} B parameters",
-        f"attention  {m.n_layers} layers, {m.n_heads} query heads, {m.n_kv_heads} KV heads, "
-        f"head dim {m.d_head}",
-        f"           {kind}: {group} query head{'s' if group > 1 else ''} per KV head",
+    lines = [f"model      {m.model}: {m.n_params / 1e9:.2f} B parameters"]
+    if m.n_experts > 1:
+        lines.append(
+            f"           {m.n_active_params / 1e9:.2f} B active per token "
+            f"({m.n_experts_per_token} of {m.n_experts} routed experts)"
+        )
+    if m.attention == "MLA":
+        lines += [
+            f"attention  {m.n_layers} layers, {m.n_heads} heads, key head dim {m.d_head}",
+            "           multi-head latent: one compressed latent (and rotary key) per",
+            "           token and layer, shared by every head",
+        ]
+    else:
+        kind = {"MHA": "multi-head", "GQA": "grouped-query", "MQA": "multi-query"}[m.attention]
+        lines += [
+            f"attention  {m.n_layers} layers, {m.n_heads} query heads, {m.n_kv_heads} KV heads, "
+            f"head dim {m.d_head}",
+            f"           {kind}: {group} query head{'s' if group > 1 else ''} per KV head",
+        ]
+    lines += [
         f"window     {window}",
         f"dtype      KV cache {m.dtype}, weights {m.weights_dtype}",
         "",
     ]
-    rows = [
-        ("KV per token (all layers)", m.kv_bytes_per_token),
+    rows = [("KV per token (all layers)", m.kv_bytes_per_token)]
+    if m.attention == "MLA":
+        rows.append(("  if heads were stored expanded", m.kv_bytes_per_token_decompressed))
+    rows += [
         (f"KV per sequence ({m.seq_len:,} tokens)", m.kv_bytes_per_sequence),
         (f"KV for the batch ({m.batch} x {m.seq_len:,})", m.kv_bytes_total),
         ("weights", m.weights_bytes),
@@ -285,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         for flag in ("seq_len", "batch", "dtype", "weights_dtype", "memory_gib"):
             if message.startswith(f"{flag}:"):  # name the flag the user typed
                 message = "--" + flag.replace("_", "-") + message[len(flag) :]
+        for name in ("name_or_path", "name", "path"):  # the positional argument is CONFIG
+            if message.startswith(f"{name}:"):
+                message = "CONFIG" + message[len(name) :]
         print(f"kv-memory: error: {message}", file=sys.stderr)
         return 2
     if args.json:

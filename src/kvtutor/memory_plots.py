@@ -13,12 +13,22 @@ from typing import Any
 import numpy as np
 
 from .hf_config import bundled_models, load_model_spec
-from .memory import GIB, format_report, kv_bytes_per_sequence, kv_memory, max_batch, weights_bytes
+from .memory import (
+    GIB,
+    format_report,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_bytes_per_token_decompressed,
+    kv_memory,
+    max_batch,
+    weights_bytes,
+)
 from .paged import PagedKVCache, PagedKVPool, TraceResult
 
 __all__ = [
     "plot_memory_vs_context",
     "plot_max_batch",
+    "plot_kv_per_token",
     "kv_calculator_widget",
     "draw_head_sharing",
     "plot_cache_bytes",
@@ -37,6 +47,27 @@ COLORS = [
     "tab:pink",
     "tab:olive",
 ]
+
+
+#: dash patterns for lines that share a style otherwise (the weights in plot_memory_vs_context)
+DASHES = [
+    (0, (6, 2)), (0, (2, 1.5)), (0, (7, 2, 1.5, 2)), (0, (12, 3)),
+    (0, (1, 1)), (0, (4, 1.5, 1, 1.5, 1, 1.5)), (0, (9, 2, 2, 2, 2, 2)), (0, (3, 3)),
+]  # fmt: skip
+
+
+def _spread(fracs: Sequence[float], gap: float) -> list[float]:
+    """Positions (axes fractions) moved apart until neighbours are at least ``gap`` apart, in order."""
+    order = sorted(range(len(fracs)), key=lambda i: fracs[i])
+    placed = [0.0] * len(fracs)
+    last = -1.0
+    for i in order:
+        placed[i] = max(fracs[i], last + gap)
+        last = placed[i]
+    overflow = last - 1.0
+    if overflow > 0:  # shift everything down to stay inside the axes
+        placed = [p - overflow for p in placed]
+    return placed
 
 
 def _axes(ax: Any = None, figsize: tuple[float, float] | None = None) -> Any:
@@ -69,10 +100,12 @@ def plot_memory_vs_context(
 ) -> Any:
     """One sequence's KV cache (solid) against context length, next to the weights (dashed).
 
-    Past a model's own context (max_position_embeddings) its line turns dotted.
+    Past a model's own context (max_position_embeddings) its line turns dotted. Every weight line
+    has its own dash pattern and is named, with its size, at the right-hand edge.
     """
     ax = _axes(ax, (7.0, 4.4))
-    for color, name in zip(COLORS, names, strict=False):
+    weights = []
+    for i, (color, name) in enumerate(zip(COLORS, names, strict=False)):
         spec = load_model_spec(name)
         gib = np.array([kv_bytes_per_sequence(spec, n, dtype) / GIB for n in seq_lens])
         lens = np.array(seq_lens)
@@ -80,8 +113,20 @@ def plot_memory_vs_context(
         last = int(np.flatnonzero(inside)[-1]) + 1 if inside.any() else 0
         ax.plot(lens[:last], gib[:last], "o-", color=color, ms=3, label=f"{name}")
         ax.plot(lens[max(last - 1, 0) :], gib[max(last - 1, 0) :], ":", color=color, lw=1)
-        ax.axhline(weights_bytes(spec, dtype) / GIB, color=color, ls="--", lw=0.9)
+        w = weights_bytes(spec, dtype) / GIB
+        ax.axhline(w, color=color, ls=DASHES[i % len(DASHES)], lw=1.1)
+        weights.append((name, w, color))
     _plain_log_axes(ax, seq_lens)
+    ax.autoscale_view()
+    low, high = (np.log2(v) for v in ax.get_ylim())
+    fracs = [(np.log2(w) - low) / (high - low) for _, w, _ in weights]
+    for (name, w, color), frac, y in zip(weights, fracs, _spread(fracs, 0.055), strict=True):
+        # a leader from the line's end to its label; labels keep the lines' order, so none cross
+        ax.plot(
+            [1.0, 1.02, 1.06], [frac, frac, y], transform=ax.transAxes, clip_on=False, color=color, lw=0.6
+        )
+        ax.text(1.065, y, f"{name} weights, {w:.1f} GiB", transform=ax.transAxes, va="center", fontsize=7,
+                color=color)  # fmt: skip
     ax.set_xlabel("context length (tokens, one sequence)")
     ax.set_ylabel(f"GiB ({dtype})")
     ax.set_title(
@@ -121,6 +166,34 @@ def plot_max_batch(
         "dotted past the model's context"
     )
     ax.legend(fontsize=8)
+    return ax
+
+
+def plot_kv_per_token(names: Sequence[str], dtype: str = "bf16", ax: Any = None) -> Any:
+    """KV-cache bytes per token (all layers) as bars; for latent attention (MLA) a hatched bar
+    shows what the same model would keep if it cached every head's K and V expanded."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax = _axes(ax, (7.0, 0.6 * len(names) + 1.2))
+    ys = np.arange(len(names))[::-1]
+    for y, name, color in zip(ys, names, COLORS, strict=False):
+        spec = load_model_spec(name)
+        stored = kv_bytes_per_token(spec, dtype) / 1024
+        expanded = kv_bytes_per_token_decompressed(spec, dtype) / 1024
+        y_stored = y + (0.19 if expanded != stored else 0)
+        height = 0.36 if expanded != stored else 0.6
+        ax.barh(y_stored, stored, height=height, color=color, alpha=0.85)
+        label = f" {stored:,.1f} KiB ({spec.attention_kind})"
+        ax.text(stored, y_stored, label, va="center", fontsize=7)
+        if expanded != stored:
+            ax.barh(y - 0.19, expanded, height=0.36, color="none", edgecolor=color, hatch="///", lw=0.8)
+            ax.text(expanded, y - 0.19, f" {expanded:,.0f} KiB if heads were cached", va="center", fontsize=7)
+    ax.set_yticks(ys, list(names))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.set_xlabel(f"KV cache per token, all layers (KiB, {dtype}, log scale)")
+    ax.set_title("What one more token costs in the cache", fontsize=9)
+    ax.set_xlim(8, ax.get_xlim()[1] * 12)  # room for the labels
     return ax
 
 

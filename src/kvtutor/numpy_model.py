@@ -17,7 +17,7 @@ import numpy as np
 from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
 from .config import ModelConfig
 from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
-from .validate import check_max_new_tokens, check_token_id, check_token_ids
+from .validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
 
 __all__ = [
     "embed",
@@ -241,8 +241,7 @@ def sample(
 ) -> int:
     """[V] -> token id: argmax when temperature is 0, else a draw from
     softmax(logits / temperature)."""
-    if temperature < 0:
-        raise ValueError(f"temperature: expected >= 0, got {temperature}")
+    temperature = check_temperature(temperature)
     if temperature == 0:
         return int(np.argmax(logits_V))
     logits_V = np.asarray(logits_V, dtype=np.float64) / temperature
@@ -281,10 +280,13 @@ class NumpyModel:
         n_heads: int,
         n_kv_heads: int | None = None,
         dtype=np.float32,
+        hf_config: Mapping[str, Any] | None = None,
     ) -> NumpyModel:
         """A Hugging Face GPT-2 ``state_dict`` (numpy arrays or torch tensors, with or without the
-        ``transformer.`` prefix) -> model; sizes are read off the shapes."""
-        config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads, dtype)
+        ``transformer.`` prefix) -> model; sizes are read off the shapes. Bad weights (non-finite,
+        not floating point, gaps in the layers, ...) are refused; with ``hf_config`` (config.json
+        as a dict) the sizes must also match the config's, so a truncated checkpoint is caught."""
+        config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads, dtype, hf_config)
         return cls(config, weights)
 
     def to_gpt2_state_dict(self) -> dict[str, np.ndarray]:
@@ -320,6 +322,12 @@ class NumpyModel:
         if got != want:
             raise ValueError(
                 f"cache: expected (layers, kv heads, head dim) = {want} for this model, got {got}"
+            )
+        if cache.capacity > cfg.max_seq_len:  # positions past max_seq_len have no embedding
+            raise ValueError(
+                f"cache: expected a capacity <= this model's max_seq_len {cfg.max_seq_len}, "
+                f"got {cache.capacity} (make caches with model.new_cache() or "
+                "PagedKVPool.for_model(model, ...))"
             )
 
     def forward(
@@ -402,6 +410,7 @@ class NumpyModel:
         """
         cfg = self.config
         prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
+        limit = "max_seq_len" if cache is None else "the cache's capacity"
         if cache is None:
             cache = self.new_cache()
         else:
@@ -410,9 +419,10 @@ class NumpyModel:
                 raise ValueError(
                     f"cache: expected an empty cache, got one holding {len(cache)}",
                 )
-        check_max_new_tokens(max_new_tokens, len(prompt), cache.capacity)
+        check_max_new_tokens(max_new_tokens, len(prompt), cache.capacity, limit)
         if stop_token is not None:
             check_token_id(stop_token, cfg.vocab_size, "stop_token")
+        temperature = check_temperature(temperature)
         rng = np.random.default_rng(seed)
         new: list[int] = []
         if max_new_tokens == 0:

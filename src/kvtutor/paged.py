@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import _CacheBase
+from .cache import _CacheBase, check_cache_args
 
 __all__ = [
     "BlockAllocator",
@@ -143,6 +143,7 @@ class PagedKVPool:
         for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head)):
             _check_int(name, value, 1)
         self.block_size = _check_int("block_size", block_size, 1)
+        dtype = check_cache_args(n_layers, n_kv_heads, self.block_size, d_head, dtype)
         self.allocator = BlockAllocator(n_blocks)
         self.n_layers, self.n_kv_heads, self.d_head = int(n_layers), int(n_kv_heads), int(d_head)
         shape = (self.n_layers, self.allocator.n_blocks, self.n_kv_heads, self.block_size, self.d_head)
@@ -290,8 +291,9 @@ class PagedKVCache(_CacheBase):
         n_wanted = missing + len(shared)
         if n_wanted > alloc.n_free:
             raise ValueError(
-                f"k_new_HTK: {n_new} new tokens need {n_wanted} free blocks, "
-                f"the pool has {alloc.n_free} of {alloc.n_blocks}"
+                f"cache: out of blocks: {n_new} new tokens need {n_wanted} free "
+                f"blocks, the pool has {alloc.n_free} of {alloc.n_blocks} (free "
+                "finished sequences, or make a bigger pool)"
             )
         # copy-on-write: this sequence gets its own copy of each shared block
         for j in shared:

@@ -33,7 +33,13 @@ from .cache import KVCache
 from .config import ModelConfig
 from .gpt2_weights import GPT2Weights
 from .numpy_model import NumpyModel, softmax
-from .validate import check_max_new_tokens, check_token_ids
+from .validate import (
+    check_max_new_tokens,
+    check_temperature,
+    check_token_id,
+    check_token_ids,
+    positions_needed,
+)
 
 __all__ = [
     "serve",
@@ -254,10 +260,11 @@ def check_requests(requests: Any, config: ModelConfig) -> list[RequestRecord]:
             n_new = _check_int("max_new_tokens", n_new, 0)
         except (TypeError, ValueError) as err:
             raise type(err)(f"{where}: {err}") from None
-        if len(prompt) + n_new > config.max_seq_len:
+        needed = positions_needed(len(prompt), n_new)
+        if needed > config.max_seq_len:
             raise ValueError(
-                f"{where}: prompt of {len(prompt)} + {n_new} new tokens = {len(prompt) + n_new} positions "
-                f"exceeds max_seq_len {config.max_seq_len}"
+                f"{where}: prompt of {len(prompt)} + {n_new} new tokens needs {needed} positions (the last "
+                f"new token is not fed back), more than max_seq_len {config.max_seq_len}"
             )
         records.append(RequestRecord(arrival, [int(t) for t in prompt], n_new))
     return records
@@ -357,8 +364,10 @@ def run_serving(
     waiting = deque(sorted(to_serve, key=lambda r: r.arrival_step))
     if not waiting:
         return trace
-    capacity = max(len(r.prompt_ids) + r.max_new_tokens for r in waiting)
-    engine = _engine(model, max_batch_size, capacity)
+    capacity = max(positions_needed(len(r.prompt_ids), r.max_new_tokens) for r in waiting)
+    # more slots than requests would never be used
+    n_slots = min(max_batch_size, len(waiting))
+    engine = _engine(model, n_slots, capacity)
     running: dict[int, RequestRecord] = {}  # batch slot -> the request in it
     step = waiting[0].arrival_step
     while waiting or running:
@@ -369,7 +378,7 @@ def run_serving(
         # gives its first token
         admitted = []
         if policy == "continuous" or not running:
-            free = [s for s in range(max_batch_size) if s not in running]
+            free = [s for s in range(n_slots) if s not in running]
             while waiting and free and waiting[0].arrival_step <= step:
                 slot, r = free.pop(0), waiting.popleft()
                 r.slot, r.admit_step = slot, step
@@ -678,12 +687,30 @@ class SpeculativeResult:
         return tokens / self.rounds, tokens / cost
 
 
-def _check_temperature(temperature: Any) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating, np.integer)):
-        raise TypeError(f"temperature: expected a float, got {type(temperature).__name__}")
-    if not (temperature >= 0 and math.isfinite(temperature)):
-        raise ValueError(f"temperature: expected a finite float >= 0, got {temperature}")
-    return float(temperature)
+def _check_proposal(proposal: Any, k_round: int, vocab_size: int) -> tuple[list[int], np.ndarray | None]:
+    """A draft's (tokens, probabilities) -> up to k_round int tokens and [k,V] float64 probs, or an
+    error naming the draft (a bad token would otherwise surface as the target's ``ids_T``)."""
+    if not isinstance(proposal, tuple) or len(proposal) != 2:
+        raise TypeError(f"draft: propose() must return (tokens, probs), got {type(proposal).__name__}")
+    guesses, q_KV = proposal
+    if isinstance(guesses, (str, bytes)) or not isinstance(guesses, Sequence):
+        raise TypeError(f"draft: propose() must return a list of token ids, got {type(guesses).__name__}")
+    tokens = []
+    for i, token in enumerate(list(guesses)[:k_round]):
+        try:
+            tokens.append(check_token_id(token, vocab_size, "draft"))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{err} (proposed token {i})") from None
+    if q_KV is None:
+        return tokens, None
+    q = np.asarray(q_KV, dtype=np.float64) if isinstance(q_KV, np.ndarray) else None
+    if q is None or q.ndim != 2 or q.shape[1] != vocab_size or len(q) < len(tokens):
+        shape = list(q_KV.shape) if hasattr(q_KV, "shape") else type(q_KV).__name__
+        raise ValueError(
+            f"draft: propose() must return probabilities [k={len(tokens)}, V={vocab_size}] or None, "
+            f"got {shape}"
+        )
+    return tokens, q[: len(tokens)]
 
 
 def _as_draft(draft: Any, target_cfg: ModelConfig) -> Draft:
@@ -730,44 +757,47 @@ def speculative_run(
         raise ValueError(
             f"k: expected an int >= 0 (0 = plain decoding), got {k}",
         )
-    temperature = _check_temperature(temperature)
+    temperature = check_temperature(temperature)
     runner = _Runner(target)
+    cache_given = cache is not None
     if cache is None:
         cache = runner.new_cache()
     else:
         runner.check_cache(cache, "cache")
-    check_max_new_tokens(max_new_tokens, len(prompt), runner.capacity(cache))
+    limit = "the cache's capacity" if cache_given else "max_seq_len"
+    check_max_new_tokens(max_new_tokens, len(prompt), runner.capacity(cache), limit)
     if isinstance(drafter, ModelDraft):
         draft_max_len = drafter.model.config.max_seq_len
-        if len(prompt) + max_new_tokens > draft_max_len:
-            raise ValueError(
-                f"max_new_tokens: prompt of {len(prompt)} + {max_new_tokens} "
-                f"new tokens exceeds the draft's max_seq_len {draft_max_len}"
-            )  # fmt: skip
+        draft_limit = "the draft's max_seq_len"
+        check_max_new_tokens(max_new_tokens, len(prompt), draft_max_len, draft_limit)
     rng = np.random.default_rng(seed)
     result = SpeculativeResult([], int(k))
     start = time.perf_counter()
     seq = list(prompt)
-    if max_new_tokens and len(prompt) > 1:
-        # prefill; the last prompt token opens the first round
-        runner.forward(prompt[:-1], cache)
-    while len(result.tokens) < max_new_tokens:
-        k_round = min(k, max_new_tokens - len(result.tokens) - 1)
-        guesses, q_KV = drafter.propose(seq, k_round, temperature, rng)
-        guesses = guesses[:k_round]
-        # one target pass over k + 1 query rows: the last token and the
-        # guesses after it
-        logits_TV = runner.forward([seq[-1], *guesses], cache)
-        p_TV = token_probs(logits_TV, temperature)
-        kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
-        new = [*guesses[:kept], next_token]
-        seq += new
-        result.tokens += new
-        # forget the K/V rows of rejected guesses
-        runner.truncate(cache, len(seq) - 1)
-        drafter.rollback(len(seq) - 1)
-        result.proposed.append(len(guesses))
-        result.accepted.append(kept)
+    try:
+        while len(result.tokens) < max_new_tokens:
+            k_round = min(k, max_new_tokens - len(result.tokens) - 1)
+            proposal = drafter.propose(seq, k_round, temperature, rng)
+            guesses, q_KV = _check_proposal(proposal, k_round, target_cfg.vocab_size)
+            if not result.tokens and len(prompt) > 1:
+                # prefill; the last prompt token opens the first round
+                runner.forward(prompt[:-1], cache)
+            # one target pass over k + 1 query rows: the last token and the
+            # guesses after it
+            logits_TV = runner.forward([seq[-1], *guesses], cache)
+            p_TV = token_probs(logits_TV, temperature)
+            kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
+            new = [*guesses[:kept], next_token]
+            seq += new
+            result.tokens += new
+            # forget the K/V rows of rejected guesses
+            runner.truncate(cache, len(seq) - 1)
+            drafter.rollback(len(seq) - 1)
+            result.proposed.append(len(guesses))
+            result.accepted.append(kept)
+    except (TypeError, ValueError):
+        runner.truncate(cache, 0)  # a draft that fails later: the cache is left empty, as it came
+        raise
     result.seconds = time.perf_counter() - start
     result.draft_calls = drafter.calls if isinstance(drafter, ModelDraft) else 0
     return result
