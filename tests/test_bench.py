@@ -79,7 +79,9 @@ def test_sections_hold_the_numbers(recorded):
         assert p["flops_per_s"] == pytest.approx(p["flops"] / p["time"]["median_s"])
         assert p["predicted_time_s"] > 0
     ds = r["decode_sweep"]
-    assert ds["measured_compute_bound_batch"] > 0
+    fit = ds["knee_fit"]  # the two-arm fit; its knee is the measured batch only when resolved
+    assert ds["compute_bound_reached"] == fit["resolved"]
+    assert ds["measured_compute_bound_batch"] == (fit["knee"] if fit["resolved"] else None)
     assert ds["predicted_compute_bound_batch"] is None or ds["predicted_compute_bound_batch"] >= 1
     bw = r["decode_bandwidth"]
     assert bw["weight_bytes"] == kvtutor.costs.decode_weight_bytes(bench.MODELS["tiny"], 4)
@@ -129,6 +131,8 @@ def test_goals_are_recorded_with_met_or_not(recorded):
     assert set(goals) == GOAL_IDS
     for g in goals.values():
         assert g["met"] in (True, False, None)
+        if g["id"] == "compute_bound_batch" and g["value"] is None:  # no clean knee in this sweep
+            continue
         assert isinstance(g["value"], float) and math.isfinite(g["value"])
         if g["target"] is not None:
             assert g["met"] == (g["value"] >= g["target"] and "identical tokens: False" not in g["note"])
@@ -257,3 +261,104 @@ def test_weight_products_are_the_models_own_products():
         assert sum(matrix_ops.values()) == n_matrices, counts
         assert set(counts) - set(matrix_ops) <= {"_unsafe_view", "view", "reshape"}, counts
         assert products().shape == (1, n_rows, model.config.vocab_size)
+
+
+# ---------------------------------------------------------------- the GPU engine's goals, rehearsed on a CPU
+
+
+@pytest.fixture(scope="module")
+def engine_run(tmp_path_factory):
+    """The ``engine`` section (CUDA's by default) at tiny sizes on the CPU, with checkpoints."""
+    out = tmp_path_factory.mktemp("engine") / "r.json"
+    seen = []
+
+    def checkpoint(partial):
+        seen.append(sorted(partial))
+        bench._write_json(str(out), partial)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = bench.run("cpu", "tiny", sections=["bandwidth", "engine"], checkpoint=checkpoint)
+    finally:
+        torch.set_num_threads(threads)
+    return result, seen, json.loads(out.read_text())
+
+
+def test_engine_section_measures_every_part(engine_run):
+    result, _, _ = engine_run
+    eng = result["engine"]
+    assert set(eng) == {"decode_vs_products", "generate_vs_hf_static", "graph_vs_concat", "big_decode"}
+    for name, part in eng.items():
+        assert "error" not in part, (name, part)
+    d = eng["decode_vs_products"]
+    assert d["ratio_to_products"] == pytest.approx(d["products_s"] / d["step_s"])
+    assert d["ratio_to_products"] == bench._median_round(d["rounds"])["ratio"]
+    g = eng["generate_vs_hf_static"]
+    assert g["identical_tokens"] and len(g["ours_tokens"]) == g["n_new"]  # float32 on the CPU: same tokens
+    assert g["speedup"] == pytest.approx(g["transformers_static_s_per_token"] / g["ours_s_per_token"])
+    c = eng["graph_vs_concat"]
+    assert c["identical_tokens"] and set(c["seconds"]) == {"static_graphs", "static_eager", "concat"}
+    assert c["graphs_vs_concat"] == pytest.approx(c["seconds"]["concat"] / c["seconds"]["static_graphs"])
+    b = eng["big_decode"]
+    assert b["ratio_to_copy"] == pytest.approx(
+        b["weight_bytes"] / b["step_s"] / result["ceilings"]["copy_bandwidth"]
+    )
+
+
+def test_engine_goals_are_never_at_goal_size_on_a_cpu(engine_run):
+    result, _, _ = engine_run
+    goals = {g["id"]: g for g in result["goals"]}
+    ids = {"gpu_decode_vs_products", "gpu_decode_bandwidth_7b", "gpu_generate_vs_hf_static",
+           "gpu_static_graph_vs_concat"}  # fmt: skip
+    assert ids <= set(goals)
+    for gid in ids:
+        assert goals[gid]["at_goal_size"] is False and isinstance(goals[gid]["value"], float)
+    # a failed part is recorded as an unmeasured goal, not a crash
+    broken = {**result["engine"], "big_decode": {"error": "RuntimeError: out of memory"}}
+    goal = {g["id"]: g for g in bench._engine_goals(broken, True)}["gpu_decode_bandwidth_7b"]
+    assert goal["value"] is None and goal["met"] is None and "out of memory" in goal["note"]
+
+
+def test_checkpoints_leave_a_json_after_every_section(engine_run):
+    result, seen, last = engine_run
+    assert len(seen) == 3  # probe, bandwidth, engine
+    assert "engine" not in seen[1] and "engine" in seen[2]
+    assert last["partial"] is True and last["goals"] == json.loads(json.dumps(result["goals"]))
+
+
+def test_the_default_sections_leave_the_engine_to_cuda():
+    for device in ("cpu", "cuda"):
+        for size in ("tiny", "quick", "full"):
+            sz = bench.sizes(device, size)
+            assert {"engine_model", "engine_capacity", "engine_big_model", "engine_generate"} <= set(sz)
+    full = bench.sizes("cuda", "full")
+    assert (full["engine_model"], full["engine_capacity"], full["engine_big_model"]) == (
+        "gpt2-1.3b",
+        4096,
+        "gpt2-6.7b",
+    )
+    assert bench.MODELS["gpt2-6.7b"].n_params > 6.5e9
+
+
+def test_random_on_device_draws_the_same_distributions():
+    cfg = bench.MODELS["tiny"]
+    a = kvtutor.TorchModel.random_on_device(cfg, seed=1, device="cpu")
+    b = kvtutor.TorchModel.random_on_device(cfg, seed=1, device="cpu")
+    ref = kvtutor.TorchModel.random(cfg, seed=1, device="cpu")
+    assert a.n_params == ref.n_params and a.nbytes == ref.nbytes
+    for x, y, r in zip(a._weights(), b._weights(), ref._weights(), strict=True):
+        assert x.shape == r.shape and torch.equal(x, y)  # seeded
+        assert abs(float(x.float().std()) - float(r.float().std())) < 0.05
+    assert a.generate([[1, 2, 3]], 4).shape == (1, 4)
+    with pytest.raises(TypeError, match=r"^config: expected a kvtutor.ModelConfig"):
+        kvtutor.TorchModel.random_on_device({"d_model": 4})
+
+
+def test_progress_lines_count_the_measurements_and_leave_no_hook(one_thread):
+    lines = []
+    bench.run("cpu", "tiny", sections=["concat"], log=lines.append)
+    assert [line.split(":")[0] for line in lines] == ["probe", "concat"]
+    counts = [int(line.split("(")[1].split()[0]) for line in lines]
+    assert 0 <= counts[0] < counts[1]  # every timed call of a section is counted as it happens
+    assert bench._on_measured == []  # the hook goes with the run

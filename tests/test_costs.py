@@ -266,3 +266,33 @@ def test_bytes_per_element_accepts_dtypes():
     torch = pytest.importorskip("torch")
     assert costs.bytes_per_element(torch.bfloat16) == 2
     assert costs.bytes_per_element(torch.float32) == 4
+
+
+def test_prefill_last_logits_only():
+    full = costs.prefill_cost(TOY_CONFIG, 3)
+    last = costs.prefill_cost(TOY_CONFIG, 3, all_logits=False)
+    assert full.lm_head_flops == 3 * last.lm_head_flops == 2 * 3 * 8 * 32
+    assert full.matmul_flops == last.matmul_flops and full.bytes == last.bytes
+    assert last == costs.generation_costs(TOY_CONFIG, 3, 1)[0]  # what generate's prefill costs
+    with pytest.raises(TypeError, match="all_logits"):
+        costs.prefill_cost(TOY_CONFIG, 3, all_logits=1)
+
+
+def test_products_ridge_batch_and_attention_intensity():
+    # B rows through a bf16 weight: 2B FLOPs per 2 bytes, so B = balance
+    assert costs.products_ridge_batch(300.0, 1.0, "bf16") == pytest.approx(300.0)
+    assert costs.products_ridge_batch(300.0, 1.0, "fp32") == pytest.approx(600.0)
+    # attention: 4 H S K FLOPs per 2 Hkv S K x bytes, whatever B and S
+    assert costs.attention_intensity(TOY_CONFIG, "bf16") == 1.0
+    assert costs.attention_intensity(TOY_CONFIG, "fp32") == 0.5
+    for s in (4, 16):
+        c = costs.layer_cost(TOY_CONFIG, 1, s - 1, batch_size=3, dtype="bf16")
+        assert c.attention_flops / c.kv_read_bytes == 1.0
+    gqa = kvtutor.ModelConfig(vocab_size=32, d_model=8, n_heads=4, n_layers=1, max_seq_len=8, n_kv_heads=1)
+    assert costs.attention_intensity(gqa, "bf16") == 4.0
+
+
+def test_datasheet_ridges():
+    h100, h200 = costs.DATASHEETS["H100 SXM"], costs.DATASHEETS["H200 SXM"]
+    assert h100["bf16_flops"] / h100["bandwidth"] == pytest.approx(295, abs=1)
+    assert h200["bf16_flops"] / h200["bandwidth"] == pytest.approx(206, abs=1)

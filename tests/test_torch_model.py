@@ -92,12 +92,17 @@ def test_defaults_on_cpu(model):
     assert tmod.default_device().type == expected
 
 
-def test_weights_are_fused_and_stored_transposed(model):
+def test_weights_are_fused_and_stored_along_their_longer_side_on_a_cpu(model):
     cfg = model.config
     ly = model.layers[0]
     kv = cfg.n_kv_heads * cfg.d_head
     assert ly.w_qkv.shape == (cfg.d_model, cfg.d_model + 2 * kv)
-    assert ly.w_qkv.mT.is_contiguous() and ly.w_fc.mT.is_contiguous() and ly.w_proj.mT.is_contiguous()
+    # on a CPU each [in, out] matrix is contiguous along its longer side: rows of length out when
+    # out >= in (qkv, fc, the square w_o), rows of length in otherwise (proj)
+    assert ly.w_qkv.is_contiguous() and ly.w_fc.is_contiguous() and ly.w_o.is_contiguous()
+    assert ly.w_proj.mT.is_contiguous() and not ly.w_proj.is_contiguous()
+    assert model.wte_VD.mT.is_contiguous()  # the LM head streams [D, V] rows of length V
+    assert model._row_major(4, 8) and not model._row_major(8, 4)
     assert (ly.w_q.shape, ly.w_k.shape, ly.w_v.shape) == ((16, 16), (16, kv), (16, kv))
     assert ly.w_k.untyped_storage().data_ptr() == ly.w_qkv.untyped_storage().data_ptr()  # views
     assert torch.equal(ly.w_k, ly.w_qkv[:, cfg.d_model : cfg.d_model + kv])
@@ -640,7 +645,7 @@ def test_bad_constructor_and_cache_arguments(model):
         (lambda: model.generate([IDS[:3]], 30), ValueError, r"^max_new_tokens: prompt of 3 \+ 30 new tokens"),
         (lambda: model.generate([IDS[:3]], 2.0), TypeError, r"^max_new_tokens: expected an int"),
         (lambda: model.generate(IDS[:3], 2), ValueError, r"^ids_BT: expected shape \[B, T\]"),
-        (lambda: model.generate([IDS[:3]], 2, cache_kind="x"), ValueError, r"^kind: expected one of"),
+        (lambda: model.generate([IDS[:3]], 2, cache_kind="x"), ValueError, r"^cache_kind: expected one of"),
         (
             lambda: model.logits_without_cache([[1] * 25]),
             ValueError,

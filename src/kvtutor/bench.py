@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import costs, timing
 from .config import ModelConfig
+from .knee import fit_knee
 from .timing import (
     Measurement,
     _dtype_name,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from .torch_model import TorchModel
 
 __all__ = [
+    "GPU_GOALS",
     "MODELS",
     "SIZES",
     "sizes",
@@ -75,6 +77,8 @@ MODELS: dict[str, ModelConfig] = {
     "gpt2-small": ModelConfig(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_seq_len=1024),
     "gpt2-medium": ModelConfig(vocab_size=50257, d_model=1024, n_heads=16, n_layers=24, max_seq_len=1024),
     "gpt2-1.3b": ModelConfig(vocab_size=50257, d_model=2048, n_heads=16, n_layers=24, max_seq_len=4096),
+    # drawn on the device (TorchModel.random_on_device): too large to draw in NumPy
+    "gpt2-6.7b": ModelConfig(vocab_size=50257, d_model=4096, n_heads=32, n_layers=32, max_seq_len=2048),
 }
 
 _TINY = {
@@ -83,7 +87,8 @@ _TINY = {
     "generate_small": ("tiny", 4, 4), "generate_gpt2": ("tiny", 4, 3),
     "prefill_goal": ("tiny", 16), "concat_model": "tiny", "concat_lengths": [4, 8, 16],
     "recompute_model": "tiny", "recompute_lengths": [4, 8, 16], "min_run_time": 0.005,
-    "repeats": 2,
+    "repeats": 2, "engine_model": "tiny", "engine_capacity": 128, "engine_context": 16,
+    "engine_big_model": "tiny", "engine_generate": ("tiny", 4, 8), "engine_concat": ("tiny", 40),
 }  # fmt: skip
 
 #: What each size measures: model names from MODELS, lengths, batches; (model, prompt, new tokens)
@@ -99,6 +104,9 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "prefill_goal": ("gpt2-small", 128), "concat_model": "small",
             "concat_lengths": [64, 128, 256], "recompute_model": "small",
             "recompute_lengths": [16, 32, 64, 128, 256], "min_run_time": 0.1, "repeats": 3,
+            "engine_model": "mid", "engine_capacity": 1024, "engine_context": 16,
+            "engine_big_model": "gpt2-small", "engine_generate": ("small", 8, 32),
+            "engine_concat": ("small", 256),
         },
         "full": {
             "roofline_model": "gpt2-small", "prefill_lengths": [8, 16, 32, 64, 128, 256, 512],
@@ -108,6 +116,9 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "prefill_goal": ("gpt2-small", 512), "concat_model": "small",
             "concat_lengths": [256, 512, 1024, 2048], "recompute_model": "small",
             "recompute_lengths": [16, 32, 64, 128, 256, 512, 1024], "min_run_time": 0.3, "repeats": 5,
+            "engine_model": "gpt2-small", "engine_capacity": 1024, "engine_context": 16,
+            "engine_big_model": "gpt2-medium", "engine_generate": ("gpt2-small", 8, 32),
+            "engine_concat": ("small", 1024),
         },
     },
     "cuda": {
@@ -120,6 +131,9 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "prefill_goal": ("gpt2-medium", 1024), "concat_model": "small",
             "concat_lengths": [256, 512], "recompute_model": "small",
             "recompute_lengths": [16, 64, 256, 1024], "min_run_time": 0.05, "repeats": 5,
+            "engine_model": "gpt2-medium", "engine_capacity": 1024, "engine_context": 16,
+            "engine_big_model": "gpt2-1.3b", "engine_generate": ("gpt2-medium", 8, 64),
+            "engine_concat": ("small", 512),
         },
         "full": {
             "roofline_model": "gpt2-1.3b", "prefill_lengths": [64, 128, 256, 512, 1024, 2048, 4096],
@@ -129,7 +143,9 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "prefill_goal": ("gpt2-1.3b", 2048), "concat_model": "small",
             "concat_lengths": [256, 512, 1024, 2048], "recompute_model": "small",
             "recompute_lengths": [16, 32, 64, 128, 256, 512, 1024, 2048], "min_run_time": 0.1,
-            "repeats": 5,
+            "repeats": 5, "engine_model": "gpt2-1.3b", "engine_capacity": 4096, "engine_context": 16,
+            "engine_big_model": "gpt2-6.7b", "engine_generate": ("gpt2-1.3b", 8, 128),
+            "engine_concat": ("small", 2048),
         },
     },
 }  # fmt: skip
@@ -185,7 +201,11 @@ def make_model(
     from .torch_model import TorchModel
 
     cfg = MODELS[config] if isinstance(config, str) else config
-    return TorchModel.random(cfg, seed=seed, device=device, dtype=None if dtype is None else _dtype(dtype))
+    dt = None if dtype is None else _dtype(dtype)
+    on_device = str(device).startswith("cuda") and cfg.n_params > 5e8
+    if on_device or cfg.n_params > 3e9:  # drawing billions of numbers in NumPy on the host takes minutes
+        return TorchModel.random_on_device(cfg, seed=seed, device=device, dtype=dt)
+    return TorchModel.random(cfg, seed=seed, device=device, dtype=dt)
 
 
 def _device_of(model: Any) -> str:
@@ -209,12 +229,24 @@ def _ids(model: Any, batch_size: int, n_tokens: int, seed: int = 0):
     return ids.to(model.device)
 
 
+#: called after every measurement the benchmark makes (``run`` sets it to advance its progress bar)
+_on_measured: list[Callable[[], None]] = []
+
+
+def _measure(fn: Callable[[], Any], device: str, **kwargs: Any) -> Measurement:
+    """``timing.time_fn``, then a tick of the progress display."""
+    m = time_fn(fn, device, **kwargs)
+    for hook in _on_measured:
+        hook()
+    return m
+
+
 def _timed(
     fn: Callable[[], Any], device: str, min_run_time: float, repeats: int, warmup: int = 1
 ) -> Measurement:
     torch = _torch()
     with torch.no_grad():
-        return time_fn(fn, device, warmup=warmup, min_repeats=repeats, min_run_time=min_run_time)
+        return _measure(fn, device, warmup=warmup, min_repeats=repeats, min_run_time=min_run_time)
 
 
 def _point(cost: costs.Cost, m: Measurement, **extra: Any) -> dict[str, Any]:
@@ -268,9 +300,9 @@ def run_decode_sweep(
 ) -> dict[str, Any]:
     """One decode step at context_len for each batch size B: time, FLOP/s, tokens/s.
 
-    Also the batch where decode turns compute-bound, measured: where the flat line through the
-    batch-1 time meets the line through the origin and the largest batch's time (the two arms of
-    the roofline, in time).
+    Also the batch where decode turns compute-bound, measured (``knee.fit_knee``): the sweep fitted
+    as t(B) = fixed + B x per-sequence, the knee where the two parts are equal; recorded only when
+    the fit is good and the sweep reaches well past it on both sides (``knee_fit`` says how good).
     """
     cfg, device = model.config, _device_of(model)
     points = []
@@ -293,15 +325,16 @@ def run_decode_sweep(
     t1 = points[0]["time"]["median_s"] / batches[0]  # per-token time at the smallest batch (B=1)
     tb = points[-1]["time"]["median_s"]
     b_max = batches[-1]
-    knee = points[0]["time"]["median_s"] * b_max / tb
+    fit = fit_knee(list(batches), [p["time"]["median_s"] for p in points])
     return {
         "config": _config_dict(cfg),
         "dtype": _dtype_name(model.dtype),
         "context_len": context_len,
         "fast_path": used_fast,
         "points": points,
-        "measured_compute_bound_batch": knee,
-        "compute_bound_reached": bool(tb >= 2 * points[0]["time"]["median_s"]),
+        "knee_fit": fit.as_dict(),
+        "measured_compute_bound_batch": fit.knee if fit.resolved else None,
+        "compute_bound_reached": fit.resolved,
         "per_token_time_ratio": (tb / b_max) / t1,
     }
 
@@ -336,7 +369,7 @@ def _weight_products(model: TorchModel, n_rows: int) -> Callable[[], Any]:
             linear(x_1TD, ly.w_o, ly.b_o)
             linear(x_1TD, ly.w_fc, ly.b_fc)
             linear(h_1TF, ly.w_proj, ly.b_proj)
-        return lm_head(x_1TD, model.wte_VD)
+        return lm_head(x_1TD, getattr(model, "_head_VD", model.wte_VD))  # the head the model multiplies
 
     return products
 
@@ -461,7 +494,8 @@ def run_prefill_vs_matmul(
 
 
 def _hf_model(np_model: Any, device: str, dtype: Any):
-    """transformers' GPT2LMHeadModel holding the weights of a NumpyModel."""
+    """transformers' GPT2LMHeadModel holding the weights of a NumpyModel or a TorchModel, built on
+    ``device`` (a 1.3B model is never materialised in host memory)."""
     import torch
     import transformers
 
@@ -480,10 +514,10 @@ def _hf_model(np_model: Any, device: str, dtype: Any):
         from transformers.initialization import no_init_weights
     except ImportError:
         no_init_weights = getattr(transformers.modeling_utils, "no_init_weights", contextlib.nullcontext)
-    with warnings.catch_warnings(), no_init_weights():
+    with warnings.catch_warnings(), no_init_weights(), torch.device(device):
         warnings.simplefilter("ignore")
-        hf = transformers.GPT2LMHeadModel(hf_cfg)
-    sd = {k: torch.from_numpy(v) for k, v in np_model.to_gpt2_state_dict().items()}
+        hf = transformers.GPT2LMHeadModel(hf_cfg).to(_dtype(dtype))
+    sd = {k: torch.as_tensor(v) for k, v in np_model.to_gpt2_state_dict().items()}
     missing, unexpected = hf.load_state_dict(sd, strict=False)
     if unexpected or any(not k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing):
         raise RuntimeError(f"weights do not fit GPT2LMHeadModel: missing {missing}, unexpected {unexpected}")
@@ -554,8 +588,8 @@ def run_generate_vs_transformers(
         hf_tokens = hf_fn().cpu().tolist()
         rounds = []
         for _ in range(repeats):  # alternating, so each ratio compares two runs made seconds apart
-            a = time_fn(ours_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
-            b = time_fn(hf_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
+            a = _measure(ours_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
+            b = _measure(hf_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
             rounds.append({"ours": a, "transformers": b, "ratio": b.median_s / a.median_s})
     mid = _median_round(rounds)
     m_ours, m_hf = mid["ours"], mid["transformers"]
@@ -614,6 +648,178 @@ def run_static_vs_concat(
         points.append(row)
     return {"config": _config_dict(cfg), "dtype": _dtype_name(model.dtype), "prompt_len": prompt_len,
             "points": points}  # fmt: skip
+
+
+def _graphed(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
+    """On CUDA, ``fn`` captured as one CUDA graph (its replay); elsewhere ``fn`` itself."""
+    if not device.startswith("cuda"):
+        return fn
+    torch = _torch()
+    with torch.inference_mode():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+    return graph.replay
+
+
+def _steps_timer(model: TorchModel, capacity: int, context_len: int, n_steps: int = 16):
+    """-> (fn, cache): fn() runs ``n_steps`` fast-path decode steps of one row from ``context_len``
+    - 1 tokens on, then rewinds the cache (one rewind per ``n_steps`` steps, so it hardly counts)."""
+    cache = model.new_cache(1, max_seq_len=capacity)
+    model.prefill(_ids(model, 1, context_len - 1), cache)
+    step = model.compile_decode(cache, mode="cuda_graph")
+    ids_B = _ids(model, 1, 1, seed=1)[:, 0]
+
+    def fn() -> Any:
+        for _ in range(n_steps):
+            out = step(ids_B, check=False)
+        _rewind(cache, context_len - 1)
+        return out
+
+    return fn, cache
+
+
+def run_engine(
+    model: TorchModel,
+    capacity: int,
+    context_len: int,
+    copy_bandwidth: float,
+    min_run_time: float = 0.2,
+    repeats: int = 5,
+    n_steps: int = 16,
+) -> dict[str, Any]:
+    """Batch-1 fast-path decode (``compile_decode``, CUDA graphs on a GPU) against the floor of the
+    same work: the model's weight products alone, back to back, as one CUDA graph.
+
+    Timed in ``repeats`` alternating rounds; ``ratio_to_products`` (products time / step time) is
+    the median round's. The cache has ``capacity`` slots and holds ``context_len`` tokens, so the
+    step's attention reads a key bucket, not the whole capacity.
+    """
+    _check_repeats(repeats)
+    device = _device_of(model)
+    fn, _ = _steps_timer(model, capacity, context_len, n_steps)
+    products = _graphed(_weight_products(model, 1), device)
+    w = costs.decode_weight_bytes(model.config, model.dtype)
+    rounds = []
+    for _ in range(repeats):
+        m = _timed(fn, device, min_run_time, 3, warmup=1)
+        p = _timed(products, device, min_run_time, 3, warmup=1)
+        step_s = m.median_s / n_steps
+        rounds.append({"step_s": step_s, "products_s": p.median_s, "ratio": p.median_s / step_s})
+    mid = _median_round(rounds)
+    return {
+        "config": _config_dict(model.config), "dtype": _dtype_name(model.dtype), "capacity": capacity,
+        "context_len": context_len, "weight_bytes": w, "step_s": mid["step_s"],
+        "products_s": mid["products_s"], "ratio_to_products": mid["ratio"],
+        "step_ratio_to_copy": w / mid["step_s"] / copy_bandwidth,
+        "products_ratio_to_copy": w / mid["products_s"] / copy_bandwidth, "rounds": rounds,
+    }  # fmt: skip
+
+
+def run_big_decode(
+    model: TorchModel, context_len: int, copy_bandwidth: float, min_run_time: float = 0.2, repeats: int = 3
+) -> dict[str, Any]:
+    """Weight bytes per second of a batch-1 fast-path decode step of a large model, against copy
+    bandwidth (measured in the same run)."""
+    _check_repeats(repeats)
+    n_steps = 16
+    fn, _ = _steps_timer(model, 64, context_len, n_steps)
+    m = _timed(fn, _device_of(model), min_run_time, repeats, warmup=1)
+    w = costs.decode_weight_bytes(model.config, model.dtype)
+    step_s = m.median_s / n_steps
+    return {"config": _config_dict(model.config), "dtype": _dtype_name(model.dtype),
+            "context_len": context_len, "weight_bytes": w, "step_s": step_s,
+            "weight_bytes_per_s": w / step_s, "ratio_to_copy": w / step_s / copy_bandwidth}  # fmt: skip
+
+
+def run_generate_vs_hf_static(
+    model: TorchModel, prompt_len: int, n_new: int, repeats: int = 3, min_run_time: float = 0.0
+) -> dict[str, Any]:
+    """``TorchModel.generate`` (graphed on CUDA) against transformers' ``generate`` on the same
+    weights, with its static cache (``cache_implementation="static"``, which transformers compiles)
+    and with its default dynamic cache (eager). First calls (capture, compilation) are timed apart
+    and excluded; then alternating rounds, the median round's ratio kept."""
+    _check_repeats(repeats)
+    torch = _torch()
+    device = _device_of(model)
+    with _quiet_transformers():
+        hf = _hf_model(model, device, model.dtype)
+    ids = _ids(model, 1, prompt_len)
+    mask = torch.ones_like(ids)
+
+    def ours_fn() -> Any:
+        return model.generate(ids, n_new)
+
+    def hf_fn(static: bool = True) -> Any:
+        extra = {"cache_implementation": "static"} if static else {}
+        return hf.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new,
+            do_sample=False, pad_token_id=0, **extra,
+        )[:, prompt_len:]  # fmt: skip
+
+    out: dict[str, Any] = {"config": _config_dict(model.config), "dtype": _dtype_name(model.dtype),
+                           "prompt_len": prompt_len, "n_new": n_new}  # fmt: skip
+    with torch.inference_mode(), _quiet_transformers():
+        first = {}
+        for name, fn in (("ours", ours_fn), ("transformers_static", hf_fn)):
+            t0 = time.perf_counter()
+            tokens = fn().cpu().tolist()
+            first[name] = time.perf_counter() - t0
+            out[f"{name}_tokens"] = tokens[0]
+        out["first_call_s"] = first
+        out["identical_tokens"] = out["ours_tokens"] == out["transformers_static_tokens"]
+        rounds = []
+        for _ in range(repeats):
+            a = _measure(ours_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
+            b = _measure(hf_fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time)
+            rounds.append({"ours_s": a.median_s, "transformers_static_s": b.median_s,
+                           "ratio": b.median_s / a.median_s})  # fmt: skip
+        eager = _measure(lambda: hf_fn(False), device, warmup=1, min_repeats=1, min_run_time=min_run_time)
+    mid = _median_round(rounds)
+    out.update(
+        speedup=mid["ratio"], ours_s_per_token=mid["ours_s"] / n_new,
+        transformers_static_s_per_token=mid["transformers_static_s"] / n_new,
+        transformers_eager_s_per_token=eager.median_s / n_new, rounds=rounds,
+    )  # fmt: skip
+    return out
+
+
+def run_graph_vs_concat(
+    model: TorchModel, n_new: int, prompt_len: int = 8, repeats: int = 3, min_run_time: float = 0.0
+) -> dict[str, Any]:
+    """``generate`` of ``n_new`` tokens three ways: the static cache with the fixed-shape step
+    (``graphs=True``: CUDA graphs on a GPU), the static cache eagerly, and the concat cache
+    (always eager). Alternating rounds, median round's times."""
+    _check_repeats(repeats)
+    device = _device_of(model)
+    ids = _ids(model, 1, prompt_len)
+    ways = {
+        "static_graphs": lambda: model.generate(ids, n_new, "static", graphs=True),
+        "static_eager": lambda: model.generate(ids, n_new, "static", graphs=False),
+        "concat": lambda: model.generate(ids, n_new, "concat"),
+    }
+    with _torch().inference_mode():
+        tokens = {k: fn().cpu().tolist() for k, fn in ways.items()}  # also the first (capturing) call
+        rounds = []
+        for _ in range(repeats):
+            r = {k: _measure(fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time).median_s
+                 for k, fn in ways.items()}  # fmt: skip
+            r["ratio"] = r["concat"] / r["static_graphs"]
+            rounds.append(r)
+    mid = _median_round(rounds)
+    return {
+        "config": _config_dict(model.config), "dtype": _dtype_name(model.dtype), "n_new": n_new,
+        "prompt_len": prompt_len, "identical_tokens": len({str(t) for t in tokens.values()}) == 1,
+        "seconds": {k: mid[k] for k in ways}, "graphs_vs_concat": mid["ratio"],
+        "eager_vs_concat": mid["concat"] / mid["static_eager"], "rounds": rounds,
+    }  # fmt: skip
 
 
 def run_append(
@@ -757,8 +963,9 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
         if on_gpu:
             n_params = bw["config"]["n_params"]
             goals.append(_goal(
-                "gpu_decode_bandwidth", "GPU bf16 batch-1 decode (fast path) reads its weights at >= 0.75 of "
-                "device copy bandwidth", bw["weight_bytes_per_s"] / ceil["copy_bandwidth"], 0.75,
+                "gpu_decode_bandwidth", "GPU bf16 batch-1 decode (fast path): weight bytes per second "
+                "/ device copy bandwidth (recorded; the goals are gpu_decode_vs_products and "
+                "gpu_decode_bandwidth_7b)", bw["weight_bytes_per_s"] / ceil["copy_bandwidth"], None,
                 n_params >= 1e9 and bw["dtype"] == "bfloat16" and bw["fast_path"],
                 f"{n_params / 1e9:.2f}B parameters, fast path {'on' if bw['fast_path'] else 'off'}",
             ))  # fmt: skip
@@ -793,8 +1000,8 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
         c = pm["config"]
         if on_gpu:
             goals.append(_goal(
-                "gpu_prefill_matmul", "GPU bf16 prefill at T = 2048 reaches >= 0.6 of bf16 matmul FLOP/s",
-                pm["prefill"]["flops_per_s"] / ceil["peak_flops"], 0.6,
+                "gpu_prefill_matmul", *GPU_GOALS["gpu_prefill_matmul"][:1],
+                pm["prefill"]["flops_per_s"] / ceil["peak_flops"], GPU_GOALS["gpu_prefill_matmul"][1],
                 pm["n_tokens"] >= 2048 and c["n_params"] >= 1e9 and pm["dtype"] == "bfloat16",
                 f"T = {pm['n_tokens']}; against the square matmul; same-shape ratio {pm['ratio']:.3f}",
             ))  # fmt: skip
@@ -812,6 +1019,7 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
             "static_vs_concat", "preallocated cache >= 1.2x faster than concat over 2048 generated tokens",
             last["speedup"], 1.2, last["n_new"] >= 2048, f"{last['n_new']} generated tokens",
         ))  # fmt: skip
+    goals += _engine_goals(result.get("engine"), on_gpu)
     ds = result.get("decode_sweep")
     if ds:
         pred = ds.get("predicted_compute_bound_batch")
@@ -819,8 +1027,67 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
             "compute_bound_batch", "batch where decode turns compute-bound: measured beside predicted",
             ds["measured_compute_bound_batch"], None, True,
             f"predicted {pred if pred is not None else 'never'} (ridge {ds.get('predicted_ridge_batch')}); "
-            f"reached in the sweep: {ds['compute_bound_reached']}",
+            f"reached in the sweep: {ds['compute_bound_reached']}"
+            + (f"; fit rms {ds['knee_fit']['rms_rel_error']:.2f}" if "knee_fit" in ds else ""),
         ))  # fmt: skip
+    return goals
+
+
+#: The GPU goals (issue 11): id -> (what it asks, target). ``evaluate_goals`` reports each one
+#: from a CUDA run; the GPU chapter lists them.
+GPU_GOALS: dict[str, tuple[str, float]] = {
+    "gpu_decode_vs_products": (
+        "1.3B, bf16, batch 1, capacity 4096, context 16: products alone (one CUDA graph) / decode "
+        "step >= 0.87", 0.87),
+    "gpu_decode_bandwidth_7b": (
+        "6.7B GPT-2 shape, bf16, batch 1: weight bytes per second >= 0.75 of copy bandwidth", 0.75),
+    "gpu_generate_vs_hf_static": (
+        "generate >= 2.5x transformers generate(cache_implementation='static'), 1.3B bf16, "
+        "identical greedy tokens, first calls excluded", 2.5),
+    "gpu_prefill_matmul": (
+        "GPU bf16 prefill at T = 2048 reaches >= 0.75 of the square bf16 matmul's FLOP/s", 0.75),
+    "gpu_static_graph_vs_concat": (
+        "2048 generated tokens: static cache with graphs >= 3x the concat cache, and the static "
+        "cache eager not slower than concat", 3.0),
+}  # fmt: skip
+
+
+def _engine_goals(engine: dict[str, Any] | None, on_gpu: bool) -> list[dict[str, Any]]:
+    """The fast path's goals (issue 11), from the ``engine`` section; at goal size only on a GPU."""
+    if not engine:
+        return []
+
+    def shape(part: dict[str, Any], d_model: int, n_layers: int) -> bool:
+        c = part["config"]
+        return on_gpu and (c["d_model"], c["n_layers"]) == (d_model, n_layers) and part["dtype"] == "bfloat16"
+
+    specs = [  # id, part, value, at size, extra condition, note
+        ("gpu_decode_vs_products", "decode_vs_products", lambda p: p["ratio_to_products"],
+         lambda p: shape(p, 2048, 24) and p["capacity"] == 4096 and p["context_len"] == 16,
+         lambda p: True,
+         lambda p: f"step {p['step_s'] * 1e3:.3f} ms, products {p['products_s'] * 1e3:.3f} ms; "
+                   f"step {p['step_ratio_to_copy']:.3f} of copy bandwidth"),
+        ("gpu_decode_bandwidth_7b", "big_decode", lambda p: p["ratio_to_copy"],
+         lambda p: shape(p, 4096, 32), lambda p: True,
+         lambda p: f"step {p['step_s'] * 1e3:.3f} ms for {p['weight_bytes'] / 1e9:.2f} GB of weights"),
+        ("gpu_generate_vs_hf_static", "generate_vs_hf_static", lambda p: p["speedup"],
+         lambda p: shape(p, 2048, 24), lambda p: p["identical_tokens"],
+         lambda p: f"{p['n_new']} new tokens; identical tokens: {p['identical_tokens']}; transformers "
+                   f"eager {p['transformers_eager_s_per_token'] * 1e3:.2f} ms/token"),
+        ("gpu_static_graph_vs_concat", "graph_vs_concat", lambda p: p["graphs_vs_concat"],
+         lambda p: on_gpu and p["n_new"] >= 2048, lambda p: p["eager_vs_concat"] >= 1.0,
+         lambda p: f"static eager / concat speed {p['eager_vs_concat']:.3f}; identical tokens: "
+                   f"{p['identical_tokens']}"),
+    ]  # fmt: skip
+    goals = []
+    for gid, key, value, at_size, extra, note in specs:
+        text, target = GPU_GOALS[gid]
+        part = engine.get(key)
+        if not part or "error" in part:
+            reason = part["error"] if part else "not measured"
+            goals.append(_goal(gid, text, None, target, False, reason))
+            continue
+        goals.append(_goal(gid, text, value(part), target, at_size(part), note(part), extra(part)))
     return goals
 
 
@@ -828,11 +1095,22 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _progress(total: int, desc: str):
+    """A tqdm bar over the sections on a terminal (it counts the measurements as it goes), else None."""
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return contextlib.nullcontext(None)
-    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), leave=False)
+    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), leave=False, unit="section")
+
+
+def _log_line(msg: str) -> None:
+    """A progress line on stderr that does not collide with a tqdm bar there."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        print(msg, file=sys.stderr, flush=True)
+    else:
+        tqdm.write(msg, file=sys.stderr)
 
 
 def _finite(obj: Any) -> Any:
@@ -853,11 +1131,15 @@ def run(
     dtype: Any = None,
     sections: Sequence[str] | None = None,
     log: Callable[[str], None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Probe the machine and measure every section; returns the result dict that ``main`` writes as JSON.
 
+    ``checkpoint``, if given, receives the result so far (goals evaluated, ``"partial": True``) after
+    every section: a run cut short by a time limit still leaves what it measured.
+
     sections: any of ``rooflines``, ``bandwidth``, ``generate``, ``prefill_goal``, ``concat``,
-    ``recompute`` (default all).
+    ``recompute``, ``engine`` (default all; ``engine``, the GPU goals of the fast path, only on CUDA).
     """
     import torch
 
@@ -867,8 +1149,10 @@ def run(
     on_gpu = device.startswith("cuda")
     sz = sizes(device, size, quick)
     dtype = ("bfloat16" if on_gpu else "float32") if dtype is None else _dtype_name(dtype)
-    all_sections = ("rooflines", "bandwidth", "generate", "prefill_goal", "concat", "recompute")
-    sections = all_sections if sections is None else tuple(sections)
+    all_sections = ("rooflines", "bandwidth", "generate", "prefill_goal", "concat", "recompute", "engine")
+    if sections is None:
+        sections = all_sections if on_gpu else all_sections[:-1]
+    sections = tuple(sections)
     for s in sections:
         if s not in all_sections:
             raise ValueError(f"sections: expected names from {list(all_sections)}, got {s!r}")
@@ -878,13 +1162,24 @@ def run(
     result: dict[str, Any] = {"schema": 1, "device": device, "size": sz["size"], "dtype": dtype,
                               "sizes": _finite(sz), "seconds": {}}  # fmt: skip
     steps = 1 + len(sections)
-    with _progress(steps, "bench") as bar:
+    with _progress(steps, "bench") as bar, contextlib.ExitStack() as stack:
+        counted = [0]
+
+        def measured() -> None:
+            counted[0] += 1
+            if bar is not None:
+                bar.set_postfix_str(f"{counted[0]} measurements", refresh=True)
+
+        _on_measured.append(measured)
+        stack.callback(_on_measured.remove, measured)
 
         def tick(name: str, t0: float) -> None:
             result["seconds"][name] = round(time.perf_counter() - t0, 3)
-            log(f"{name}: {result['seconds'][name]:.1f} s")
+            log(f"{name}: {result['seconds'][name]:.1f} s ({counted[0]} measurements so far)")
             if bar is not None:
                 bar.update(1)
+            if checkpoint is not None:
+                checkpoint(_finite({**result, "goals": evaluate_goals(result), "partial": True}))
 
         t0 = time.perf_counter()
         dtypes = (dtype, "float32") if on_gpu and dtype != "float32" else (dtype,)
@@ -963,14 +1258,65 @@ def run(
                 ceil["peak_flops"], ceil["bandwidth"],
             )  # fmt: skip
             tick("recompute", t0)
+        if "engine" in sections:
+            t0 = time.perf_counter()
+            result["engine"] = _run_engine_section(sz, model, ceil["copy_bandwidth"], mrt, reps, log)
+            models.clear()
+            tick("engine", t0)
     result["goals"] = evaluate_goals(result)
     result["load_average_1m_end"] = timing._load_average()
     result["seconds"]["total"] = round(time.perf_counter() - t_start, 3)
     return _finite(result)
 
 
+def _run_engine_section(
+    sz: dict[str, Any],
+    model: Callable[..., TorchModel],
+    copy_bw: float,
+    mrt: float,
+    reps: int,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """The fast path's goals: decode vs its weight products, a large model's bandwidth, generate vs
+    transformers' static cache, graphs vs the concat cache. Each part records an error instead of
+    ending the run, so one failure still leaves the others measured."""
+    parts: dict[str, Callable[[], dict[str, Any]]] = {
+        "decode_vs_products": lambda: run_engine(
+            model(sz["engine_model"]), sz["engine_capacity"], sz["engine_context"], copy_bw, mrt, reps
+        ),
+        "generate_vs_hf_static": lambda: run_generate_vs_hf_static(
+            model(sz["engine_generate"][0]), *sz["engine_generate"][1:], repeats=min(reps, 3)
+        ),
+        "graph_vs_concat": lambda: run_graph_vs_concat(
+            model(sz["engine_concat"][0]), sz["engine_concat"][1], repeats=min(reps, 3)
+        ),
+        "big_decode": lambda: run_big_decode(
+            model(sz["engine_big_model"]), sz["engine_context"], copy_bw, mrt, min(reps, 3)
+        ),
+    }
+    out: dict[str, Any] = {}
+    for name, fn in parts.items():
+        t0 = time.perf_counter()
+        try:
+            out[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - recorded in the JSON, the run goes on
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
+        log(f"engine/{name}: {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def _write_json(path: str, result: dict[str, Any]) -> None:
+    """Write ``result`` as strict JSON, atomically (a reader never sees half a file)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def load_result(path: str | os.PathLike) -> dict[str, Any]:
-    """A recorded benchmark JSON (e.g. ``book/data/bench-cpu.json``)."""
+    """A recorded benchmark JSON (e.g. ``src/kvtutor/data/runs/bench-cpu.json``, or a file `--out` wrote)."""
     with open(path) as f:
         return json.load(f)
 
@@ -1027,7 +1373,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--plots", default=None, help="write PNG figures into this directory")
     args = parser.parse_args(list(argv) if argv is not None else None)
-    import torch
+    try:  # a missing extra stops the run here, before anything is measured
+        import torch
+
+        if args.plots:
+            import matplotlib  # noqa: F401
+    except ModuleNotFoundError as exc:
+        from . import _missing_extra
+
+        error = _missing_extra(exc, "--plots" if exc.name == "matplotlib" else "the benchmark")
+        if error is None:
+            raise
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available on this machine")
@@ -1039,18 +1396,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         size = args.size or (bench_size(True, args.device or "cpu") if args.quick else None)
         sections = args.sections.split(",") if args.sections else None
-        log = (lambda msg: print(msg, file=sys.stderr)) if sys.stderr.isatty() else None
-        result = run(args.device, size, None, args.dtype, sections, log=log)
+        log = _log_line  # a line per section on stderr (beside the bar on a terminal)
+        save = None if not args.out else (lambda partial: _write_json(args.out, partial))
+        result = run(args.device, size, None, args.dtype, sections, log=log, checkpoint=save)
     except ValueError as exc:
         parser.error(str(exc))
     finally:
         torch.set_num_threads(threads)
     result["command"] = "python -m kvtutor bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1, allow_nan=False)
-            f.write("\n")
+        _write_json(args.out, result)
     if args.plots:
         for path in _write_plots(result, args.plots):
             print(f"wrote {path}")

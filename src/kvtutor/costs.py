@@ -6,11 +6,15 @@ Counting rules (the book's Rooflines chapter explains them):
   LayerNorm, softmax, GELU, residual adds) is left out: it is O(T D) against the O(T D^2) of the
   products.
 - Attention is counted as a dense implementation runs it: every new query against every one of
-  the S keys (``2 B H T S K`` for Q K^T and as much again for A V), the causal mask included.
+  the S keys (``2 B H T S K`` for Q K^T and as much again for A V), the causal mask included: a
+  prefill counts the masked half of its T x T scores too.
+- Prefill computes logits for every position (what ``prefill`` returns); ``generate`` needs only
+  the last one (``prefill_cost(..., all_logits=False)``).
 - Bytes are the least traffic to and from memory: every weight once per forward pass (however
   many tokens share it), every cached key and value the attention reads, and the new keys and
   values written. Activations are left out; they stay small next to weights in decode and are
-  reused from cache in prefill.
+  reused from cache in prefill. A pass that writes new keys and values also counts them among the
+  keys and values attention reads, as an unfused implementation does (writes, then reads back).
 
 A decode step at context length S has T = 1 new token attending to S keys (S - 1 cached + 1 new);
 prefill of a T-token prompt has T = S.
@@ -41,6 +45,9 @@ __all__ = [
     "roofline_time",
     "ridge_batch",
     "compute_bound_batch",
+    "products_ridge_batch",
+    "attention_intensity",
+    "DATASHEETS",
 ]
 
 _DTYPE_BYTES = {
@@ -224,10 +231,15 @@ def forward_cost(
     return cfg.n_layers * block + head
 
 
-def prefill_cost(config: ModelConfig, n_tokens: int, batch_size: int = 1, dtype: Any = 4) -> Cost:
+def prefill_cost(
+    config: ModelConfig, n_tokens: int, batch_size: int = 1, dtype: Any = 4, all_logits: bool = True
+) -> Cost:
     """Prefill of an n_tokens prompt (T = S = n_tokens) in each of batch_size sequences, logits for
-    every position (what ``prefill`` returns)."""
-    return forward_cost(config, n_tokens, 0, batch_size, dtype)
+    every position (what ``prefill`` returns) or, with ``all_logits=False``, for the last one only
+    (all that ``generate`` needs)."""
+    if not isinstance(all_logits, bool):
+        raise TypeError(f"all_logits: expected a bool, got {type(all_logits).__name__}")
+    return forward_cost(config, n_tokens, 0, batch_size, dtype, all_logits=all_logits)
 
 
 def decode_cost(config: ModelConfig, context_len: int, batch_size: int = 1, dtype: Any = 4) -> Cost:
@@ -333,3 +345,28 @@ def compute_bound_batch(
     """The smallest batch at which decode at context_len turns compute-bound, or None if none does."""
     b = ridge_batch(config, context_len, peak_flops, bandwidth, dtype)
     return None if math.isinf(b) else max(1, math.ceil(b))
+
+
+def products_ridge_batch(peak_flops: float, bandwidth: float, dtype: Any = 4) -> float:
+    """The batch at which the weight products alone turn compute-bound: B rows through a weight
+    of ``bytes`` bytes do 2 B FLOPs, an intensity of 2 B / bytes, which reaches the machine balance
+    r at B = r x bytes / 2 (= r in 16-bit formats). Activations and the cache are left out."""
+    return machine_balance(peak_flops, bandwidth) * bytes_per_element(dtype) / 2
+
+
+def attention_intensity(config: ModelConfig, dtype: Any = 4) -> float:
+    """FLOPs per byte of a decode step's attention: each sequence's query meets its own S cached
+    keys and values, 4 H S K FLOPs against 2 Hkv S K x bytes read, so 2 H / (Hkv x bytes) whatever
+    the batch and the context: sequences share no keys, so batching never raises it."""
+    cfg = _check_config(config)
+    return 2 * cfg.n_heads / (cfg.n_kv_heads * bytes_per_element(dtype))
+
+
+#: Datasheet ceilings of two GPUs (SXM boards): HBM bandwidth in bytes/s and dense bfloat16 tensor
+#: FLOP/s (the datasheets print 1,979 TFLOP/s "with sparsity"; dense is half). Sources: NVIDIA H100
+#: Tensor Core GPU datasheet (H100 SXM: 3.35 TB/s HBM3) and NVIDIA H200 Tensor Core GPU datasheet
+#: (H200 SXM: 4.8 TB/s HBM3e, 141 GB); both list the same tensor cores.
+DATASHEETS: dict[str, dict[str, float]] = {
+    "H100 SXM": {"bandwidth": 3.35e12, "bf16_flops": 989e12},
+    "H200 SXM": {"bandwidth": 4.8e12, "bf16_flops": 989e12},
+}

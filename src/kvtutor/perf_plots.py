@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .knee import fit_sweep
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -22,6 +24,7 @@ __all__ = [
     "plot_cache_vs_recompute",
     "plot_static_vs_concat",
     "plot_append_times",
+    "plot_decode_growth",
     "BENCH_FIGURES",
 ]
 
@@ -112,22 +115,26 @@ def plot_roofline(
     ax.plot(x, np.minimum(peak, x * bw), color=ROOF_COLOR, linewidth=2,
             label=f"roofline: {_fmt_bytes(bw)}, {_fmt_flops(peak)}")  # fmt: skip
     ax.axvline(ridge, color=ROOF_COLOR, linestyle=":", linewidth=1)
-    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak), textcoords="offset points", xytext=(4, -14),
-                fontsize=8)  # fmt: skip
+    # at the foot of the ridge line, where no measured point sits
+    ax.text(ridge, 0.03, f" ridge {ridge:.3g} FLOP/B", transform=ax.get_xaxis_transform(), fontsize=8)
     for label, key, pts, color, marker in series:
         xs = [p["intensity"] for p in pts]
         ys = [p["flops_per_s"] for p in pts]
         ax.plot(xs, ys, marker=marker, color=color, linestyle="-", linewidth=0.8,
                 label=f"{label.split(',')[0]} (measured)")  # fmt: skip
+        # prefill labels above-left of their points, decode labels below-right: at small sizes a
+        # prompt of T tokens and a batch of B = T sit at nearly the same intensity
+        above = key == "n_tokens"
         for p, xv, yv in zip(pts, xs, ys, strict=True):
-            ax.annotate(str(p[key]), (xv, yv), textcoords="offset points", xytext=(3, 4), fontsize=7,
+            offset, ha = ((-3, 5), "right") if above else ((3, -10), "left")
+            ax.annotate(str(p[key]), (xv, yv), textcoords="offset points", xytext=offset, ha=ha, fontsize=7,
                         color=color)  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte, cost model)")
     ax.set_ylabel("FLOP/s")
     ax.set_title(title or "Prefill and decode on this machine's roofline")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")  # above the roof, where no point can be
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
     return fig
@@ -151,7 +158,8 @@ def plot_prefill_times(prefill: dict[str, Any], title: str = "") -> Figure:
 
 
 def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
-    """Decode step time and tokens/s vs batch size, with the measured and predicted compute-bound batch."""
+    """Decode step time and tokens/s vs batch size, with the roofline's prediction, the two-arm fit
+    of ``kvtutor.knee`` and, where the sweep resolves one, the measured knee."""
     pts = _check_section("decode", decode)
     plt = _pyplot()
     fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(9.6, 3.6))
@@ -164,10 +172,13 @@ def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
                   **PREDICTED_STYLE)  # fmt: skip
         ax_r.plot(b, [p["batch_size"] / p["predicted_time_s"] for p in pts], color=DECODE_COLOR,
                   label="roofline", **PREDICTED_STYLE)  # fmt: skip
+    fit = fit_sweep(decode) if len(pts) >= 3 else None
+    if fit is not None:
+        ax_t.plot(b, [fit.time(x) * 1e3 for x in b], color="#2ca02c", linestyle=":", linewidth=1.2,
+                  label=f"two arms fitted (rms error {fit.rms_rel_error:.0%})")  # fmt: skip
     for ax in (ax_t, ax_r):
-        knee = decode.get("measured_compute_bound_batch")
-        if knee:
-            ax.axvline(knee, color="#2ca02c", linewidth=1, label=f"measured knee B = {knee:.3g}")
+        if fit is not None and fit.resolved:
+            ax.axvline(fit.knee, color="#2ca02c", linewidth=1, label=f"measured knee B = {fit.knee:.3g}")
         pred = decode.get("predicted_ridge_batch")
         if pred:
             ax.axvline(pred, color="#2ca02c", linestyle="--", linewidth=1, label=f"predicted B = {pred:.3g}")
@@ -176,7 +187,7 @@ def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
     ax_r.set_ylabel("tokens/s")
     ax_t.legend(fontsize=7)
     fig.suptitle(
-        title or f"Decode at context {decode.get('context_len')}: flat, then linear in B", fontsize=11
+        title or f"Decode at context {decode.get('context_len')}: step time and tokens/s", fontsize=11
     )
     fig.tight_layout()
     return fig
@@ -253,6 +264,33 @@ def plot_append_times(append: dict[str, Any], title: str = "") -> Figure:
             label="write in place (one row)")  # fmt: skip
     _timing_axes(ax, "tokens already cached S", "time per append (µs), measured")
     ax.set_title(title or "Appending one token's keys to one layer")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_decode_growth(sweeps: dict[str, dict[str, Any]], title: str = "") -> Figure:
+    """Decode step time relative to the smallest batch, vs batch size, one line per sweep (label ->
+    decode section): how much a bigger batch costs on each machine. The dotted line is time
+    proportional to B (every sequence paying full price)."""
+    if not sweeps:
+        raise ValueError("sweeps: expected at least one decode sweep")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    colors = (DECODE_COLOR, PREFILL_COLOR, "#2ca02c", "#d62728")
+    b_all: list[int] = []
+    for (label, decode), color in zip(sweeps.items(), colors * len(sweeps), strict=False):
+        pts = _check_section(label, decode)
+        b = [p["batch_size"] for p in pts]
+        t0 = pts[0]["time"]["median_s"]
+        ax.plot(b, [p["time"]["median_s"] / t0 for p in pts], "s-", color=color, label=label)
+        b_all += b
+    lo, hi = min(b_all), max(b_all)
+    ax.plot(
+        [lo, hi], [1, hi / lo], color=ROOF_COLOR, linestyle=":", linewidth=1, label="time proportional to B"
+    )
+    _timing_axes(ax, "batch size B", "step time / time at the smallest B")
+    ax.set_title(title or "What a bigger decode batch costs")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -241,7 +241,7 @@ def hardware_info(device: str = "cpu") -> dict[str, Any]:
         "machine": platform.machine(),
         "device": str(device),
         "gpu": None,
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "load_average_1m": _load_average(),
     }
     if str(device).startswith("cuda") and torch.cuda.is_available():

@@ -41,7 +41,7 @@ from .torch_cache import (
     causal_mask,
     ragged_causal_mask,
 )
-from .validate import check_max_new_tokens
+from .validate import check_max_new_tokens, check_temperature
 
 __all__ = [
     "embed",
@@ -72,6 +72,26 @@ __all__ = [
 
 _BIG_OUTPUT = 32 << 20  # bytes: above this glibc maps fresh pages for every allocation
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa= exists
+_MIN_BUCKET = 64  # the shortest stretch of cache a fixed-shape decode step attends over
+_VOCAB_MULTIPLE = {"cuda": 64}  # LM head rows padded to a multiple of this, per device type
+
+
+def key_buckets(capacity: int) -> list[int]:
+    """M -> the key counts a fixed-shape decode step is built for: 64, 128, 256, ... below M, then M.
+
+    A step at cache length n attends over the smallest bucket > n, so it reads at most twice the
+    keys it needs (never the whole capacity), with a handful of fixed shapes (one CUDA graph each).
+    """
+    out, n = [], _MIN_BUCKET
+    while n < capacity:
+        out.append(n)
+        n *= 2
+    return [*out, capacity]
+
+
+def bucket_for(n_keys: int, capacity: int) -> int:
+    """The smallest of ``key_buckets(capacity)`` that holds ``n_keys`` keys."""
+    return next(b for b in key_buckets(capacity) if b >= n_keys)
 
 
 # ---------------------------------------------------------------- the steps, batched mirrors of numpy_model
@@ -261,8 +281,7 @@ def sample(
     logits_BV: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """[B,V] -> [B] token ids: argmax at temperature 0, else a draw from softmax(logits / temperature)."""
-    if temperature < 0:
-        raise ValueError(f"temperature: expected >= 0, got {temperature}")
+    temperature = check_temperature(temperature)
     if temperature == 0:
         return logits_BV.argmax(dim=-1)
     p_BV = torch.softmax(logits_BV.float() / temperature, dim=-1)
@@ -433,29 +452,44 @@ class TorchModel:
         self.config = config
         self.device, self.dtype = _resolve(device, dtype)
 
+        n_vocab, width = weights.wte_VD.shape
+        n_pad = -n_vocab % _VOCAB_MULTIPLE.get(self.device.type, 1)  # LM head rows added (zeros)
         arena = None
         if self.device.type == "cpu":  # one buffer for every weight, on 2 MiB pages where the OS allows
             n_tensors = 4 + len(weights.layers) * len(fields(LayerWeights))
-            arena = _Arena(config.n_params + n_tensors * _ALIGN, self.dtype)
+            arena = _Arena(config.n_params + n_pad * width + n_tensors * _ALIGN, self.dtype)
 
-        def vec(a: np.ndarray) -> torch.Tensor:
-            src = torch.from_numpy(np.ascontiguousarray(a))
+        def vec(a: Any) -> torch.Tensor:  # a NumPy array or a tensor (any device) -> a contiguous copy
+            src = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
             if arena is None:
-                return src.to(device=self.device, dtype=self.dtype, copy=True)
+                return torch.empty(src.shape, dtype=self.dtype, device=self.device).copy_(src)
             return arena.take(src)
 
-        def mat(w_EF: np.ndarray) -> torch.Tensor:  # stored [F, E] contiguous, returned as an [E, F] view
-            return vec(np.ascontiguousarray(np.asarray(w_EF).T)).mT
+        def mat(w_EF: Any) -> torch.Tensor:  # an [E, F] tensor or view, stored as _row_major says
+            w_EF = w_EF if isinstance(w_EF, torch.Tensor) else torch.from_numpy(np.asarray(w_EF))
+            return vec(w_EF) if self._row_major(*w_EF.shape) else vec(w_EF.mT).mT
 
-        self.wte_VD = vec(weights.wte_VD)
+        def cat(parts: list[Any], axis: int) -> Any:
+            if isinstance(parts[0], torch.Tensor):
+                return torch.cat(parts, axis)
+            return np.concatenate(parts, axis)
+
+        wte_VD = weights.wte_VD
+        if n_pad:  # LM head rows padded with zeros so GEMM tiles fit (50257 -> 50304); logits sliced back
+            self._head_VD = vec(np.zeros((n_vocab + n_pad, width), np.float32))
+            self.wte_VD = self._head_VD[:n_vocab].copy_(torch.as_tensor(wte_VD))
+        else:
+            # the LM head reads wte as a [D, V] matrix: stored that way when _row_major says so
+            self.wte_VD = mat(wte_VD.T).mT if self._row_major(width, n_vocab) else vec(wte_VD)
+            self._head_VD = self.wte_VD
         self.wpe_MD = vec(weights.wpe_MD)
         self.lnf_g, self.lnf_b = vec(weights.lnf_g), vec(weights.lnf_b)
         self.layers: list[TorchLayerWeights] = []
         q_width, kv_width = config.d_model, config.n_kv_heads * config.d_head
         split = {"w_q", "b_q", "w_k", "b_k", "w_v", "b_v"}  # become views of the fused w_qkv / b_qkv
         for ly in weights.layers:
-            w_qkv = mat(np.concatenate([ly.w_q, ly.w_k, ly.w_v], axis=1))
-            b_qkv = vec(np.concatenate([ly.b_q, ly.b_k, ly.b_v]))
+            w_qkv = mat(cat([ly.w_q, ly.w_k, ly.w_v], 1))
+            b_qkv = vec(cat([ly.b_q, ly.b_k, ly.b_v], 0))
             w_q, w_k, w_v = w_qkv.split([q_width, kv_width, kv_width], dim=1)
             b_q, b_k, b_v = b_qkv.split([q_width, kv_width, kv_width])
             rest = {
@@ -471,6 +505,17 @@ class TorchModel:
 
         self._fast = [_DecodeWeights.of(ly) for ly in self.layers]
 
+    def _row_major(self, n_in: int, n_out: int) -> bool:
+        """Store an [in, out] matrix as it is ([in, out] contiguous, rows of length out)? Else it is
+        stored transposed ([out, in] contiguous) and used through an [in, out] view.
+
+        On a GPU: always transposed, the layout ``F.linear`` (cuBLAS) reads natively. On a CPU, decode
+        streams each matrix through BLAS's matrix-vector product, whose speed depends on how long each
+        contiguous row is (on an AMD EPYC: 8 GB/s at 1 KiB rows, 24 GB/s at 64 KiB): so each matrix
+        is laid out along its longer side.
+        """
+        return self.device.type == "cpu" and n_out >= n_in
+
     # ------------------------------------------------------------ construction
     @classmethod
     def random(
@@ -480,6 +525,37 @@ class TorchModel:
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
         return cls(config, random_weights(config, seed), device, dtype)
+
+    @classmethod
+    def random_on_device(
+        cls, config: ModelConfig, seed: int = 0, device: Any = None, dtype: torch.dtype | None = None
+    ) -> TorchModel:
+        """Random weights drawn by torch on ``device`` (the same distributions as ``random``, not the
+        same numbers): for shapes too large to draw in NumPy on the host (a 6.7B model in seconds)."""
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
+        device, dtype = _resolve(device, dtype)
+        gen = torch.Generator(device=device).manual_seed(_int("seed", seed))
+        d, kv = config.d_model, config.n_kv_heads * config.d_head
+
+        def draw(*shape: int, scale: float = 0.02, base: float = 0.0) -> torch.Tensor:
+            t = torch.empty(shape, dtype=dtype, device=device).normal_(generator=gen)
+            return t.mul_(scale).add_(base)
+
+        def ln() -> tuple[torch.Tensor, torch.Tensor]:
+            return draw(d, scale=0.1, base=1.0), draw(d, scale=0.1)
+
+        layers = []
+        for _ in range(config.n_layers):
+            w_q, w_k, w_v = draw(d, d + 2 * kv).split([d, kv, kv], dim=1)
+            b_q, b_k, b_v = draw(d + 2 * kv, scale=0.01).split([d, kv, kv])
+            layers.append(LayerWeights(
+                *ln(), w_q, b_q, w_k, b_k, w_v, b_v, draw(d, d), draw(d, scale=0.01), *ln(),
+                draw(d, config.d_ff), draw(config.d_ff, scale=0.01), draw(config.d_ff, d),
+                draw(d, scale=0.01),
+            ))  # fmt: skip
+        weights = GPT2Weights(draw(config.vocab_size, d), draw(config.max_seq_len, d), layers, *ln())
+        return cls(config, weights, device, dtype)
 
     @classmethod
     def from_numpy(cls, numpy_model: Any, device: Any = None, dtype: torch.dtype | None = None) -> TorchModel:
@@ -497,10 +573,14 @@ class TorchModel:
         n_kv_heads: int | None = None,
         device: Any = None,
         dtype: torch.dtype | None = None,
+        hf_config: Mapping[str, Any] | None = None,
     ) -> TorchModel:
-        """A Hugging Face GPT-2 ``state_dict`` (tensors or arrays, ``transformer.`` prefix or not) -> model"""
+        """A Hugging Face GPT-2 ``state_dict`` (tensors or arrays, ``transformer.`` prefix or not) -> model.
+
+        Weights are checked as they load (finite, floating, every key, shapes); with ``hf_config`` (a
+        ``config.json`` dict) the layers, heads and vocabulary are checked against it too."""
         device, dtype = _resolve(device, dtype)  # fail before converting a large state dict
-        config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads)
+        config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads, hf_config=hf_config)
         return cls(config, weights, device, dtype)
 
     def to_gpt2_state_dict(self) -> dict[str, torch.Tensor]:
@@ -565,6 +645,11 @@ class TorchModel:
                 f"cache: expected (layers, kv heads, head dim, dtype, device) = {want} for this model, "
                 f"got {got}"
             )
+        if cache.capacity > cfg.max_seq_len:
+            raise ValueError(
+                f"cache: expected a capacity <= this model's max_seq_len {cfg.max_seq_len}, "
+                f"got {cache.capacity}"
+            )
         if static and not isinstance(cache, StaticKVCache):
             raise ValueError(f"cache: expected a kind='static' cache, got kind={cache.kind!r}")
         return cache
@@ -576,6 +661,12 @@ class TorchModel:
             )
 
     # ------------------------------------------------------------ forward passes
+    def _lm_head(self, x_BTD: torch.Tensor) -> torch.Tensor:
+        """[B,T,D] -> [B,T,V]: ``lm_head`` over the (possibly padded) head, sliced to the vocabulary."""
+        logits_BTV = lm_head(x_BTD, self._head_VD)
+        n_vocab = self.config.vocab_size
+        return logits_BTV if logits_BTV.shape[-1] == n_vocab else logits_BTV[..., :n_vocab]
+
     def _run(
         self, ids_BT: torch.Tensor, cache: TorchKVCache | None, plan: _Plan | None, last_only: bool = False
     ) -> torch.Tensor:
@@ -590,7 +681,7 @@ class TorchModel:
             x_BTD = block(x_BTD, layer, cfg, cache, i, plan)
         if last_only:
             x_BTD = x_BTD[:, -1:]
-        logits_BTV = lm_head(layer_norm(x_BTD, self.lnf_g, self.lnf_b, cfg.layer_norm_eps), self.wte_VD)
+        logits_BTV = self._lm_head(layer_norm(x_BTD, self.lnf_g, self.lnf_b, cfg.layer_norm_eps))
         if cache is not None:
             cache._commit(plan)
         return logits_BTV
@@ -622,7 +713,8 @@ class TorchModel:
             else:
                 kv_new_2BHK = qkv[:, q_width:].view(n_batch, 2, n_kv, d_head).transpose(0, 1)
             k_BHSK, v_BHSK = write(i, kv_new_2BHK)
-            o = sdpa(q_BHTK, k_BHSK, v_BHSK, None, False, group).view(x.shape)  # (B, H*K) = merged heads
+            # (B, H*K) = merged heads; reshape, not view: cuDNN may return [B,H,1,K] in another order
+            o = sdpa(q_BHTK, k_BHSK, v_BHSK, None, False, group).reshape(x.shape)
             x = (torch.addmv(x, w.o_FE, o) if vector else torch.addmm(x, o, w.o_EF)).add_(w.b_o)
             h = torch.layer_norm(x, width, w.ln2_g, w.ln2_b, eps)
             f = gelu(
@@ -630,7 +722,10 @@ class TorchModel:
             )
             x = (torch.addmv(x, w.proj_FE, f) if vector else torch.addmm(x, f, w.proj_EF)).add_(w.b_proj)
         x = torch.layer_norm(x, width, self.lnf_g, self.lnf_b, eps)
-        logits = torch.mv(self.wte_VD, x) if vector else F.linear(x, self.wte_VD)
+        if vector:
+            logits = torch.mv(self.wte_VD, x)
+        else:
+            logits = F.linear(x, self._head_VD)[:, : cfg.vocab_size]
         cache._advance_all(1)
         return logits.view(n_batch, -1)
 
@@ -724,53 +819,94 @@ class TorchModel:
         return self.forward(ids_BT, None)
 
     @torch.inference_mode()
-    def generate(self, ids_BT: Any, max_new_tokens: int, cache_kind: str = "static") -> torch.Tensor:
-        """prompts [B,T] -> new token ids [B,N], greedy: one prefill, then one batched decode step a token."""
+    def generate(
+        self, ids_BT: Any, max_new_tokens: int, cache_kind: str = "static", graphs: bool | None = None
+    ) -> torch.Tensor:
+        """prompts [B,T] -> new token ids [B,N], greedy: one prefill, then one batched decode step a token.
+
+        ``graphs`` (default: on CUDA with the static cache) runs the decode steps through
+        ``compile_decode``: CUDA graph replays on a GPU, the same fixed-shape step eagerly on a CPU.
+        The cache and its graphs are kept for the next call of the same batch size and capacity
+        bucket, so only the first call pays for the capture (as a compiled model pays once).
+        ``graphs=False`` runs every step eagerly (``_decode_fast``).
+        """
         ids_BT = _ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
         n_batch, n_prompt = ids_BT.shape
-        n_new = check_max_new_tokens(max_new_tokens, n_prompt, self.config.max_seq_len)
-        cache = self.new_cache(n_batch, n_prompt + max(n_new, 1), cache_kind)
+        n_new = check_max_new_tokens(max_new_tokens, n_prompt, self.config.max_seq_len, "max_seq_len")
+        if cache_kind not in ("static", "concat"):
+            raise ValueError(f"cache_kind: expected one of ['concat', 'static'], got {cache_kind!r}")
+        if graphs is None:
+            graphs = self.device.type == "cuda" and cache_kind == "static"
+        elif not isinstance(graphs, bool):
+            raise TypeError(f"graphs: expected a bool or None, got {type(graphs).__name__}")
+        elif graphs and cache_kind != "static":
+            raise ValueError("graphs: the fixed-shape step needs cache_kind='static', got 'concat'")
         out_NB = torch.empty(n_new, n_batch, dtype=torch.long, device=self.device)
         if n_new == 0:
             return out_NB.T
+        n_positions = n_prompt + n_new - 1  # the last new token is never fed back
+        if graphs:
+            cache, step = self._graphed_decode(n_batch, n_positions)
+        else:
+            cache = self.new_cache(n_batch, n_positions, cache_kind)
+            step = None
         logits_B1V = self._run(ids_BT, cache, cache._plan(n_prompt), last_only=True)
         torch.argmax(logits_B1V[:, 0], dim=-1, out=out_NB[0])
         for i in range(1, n_new):
-            torch.argmax(self._decode_fast(out_NB[i - 1], cache), dim=-1, out=out_NB[i])
+            ids_B = out_NB[i - 1]
+            logits_BV = self._decode_fast(ids_B, cache) if step is None else step(ids_B, False)
+            torch.argmax(logits_BV, dim=-1, out=out_NB[i])
         return out_NB.T.contiguous()
 
+    def _graphed_decode(self, n_batch: int, n_positions: int) -> tuple[StaticKVCache, Callable[..., Any]]:
+        """An empty static cache of at least ``n_positions`` slots and its ``compile_decode`` step,
+        reused while the batch size and capacity bucket stay the same (one kept at a time)."""
+        capacity = bucket_for(n_positions, self.config.max_seq_len)
+        kept = getattr(self, "_kept_decode", None)
+        if kept is None or kept[0] != (n_batch, capacity):
+            self._kept_decode = None  # free the old cache and graphs first
+            cache = self.new_cache(n_batch, capacity, "static")
+            self._kept_decode = ((n_batch, capacity), cache, self.compile_decode(cache))
+        _, cache, step = self._kept_decode
+        cache.truncate(0)
+        return cache, step
+
     # ------------------------------------------------------------ the fast decode path
-    def _decode_fixed(self, ids_B: torch.Tensor, cache: StaticKVCache) -> torch.Tensor:
-        """[B] -> [B,V]: a decode step over the whole capacity, every shape fixed and the positions read
-        from the device copy of the lengths (nothing the host must know: CUDA graphs can replay it).
-        Does not advance the lengths."""
-        capacity = cache.capacity
+    def _decode_fixed(self, ids_B: torch.Tensor, cache: StaticKVCache, n_keys: int) -> torch.Tensor:
+        """[B] -> [B,V]: a decode step over the first ``n_keys`` slots of every row, every shape fixed
+        and the positions read from the device copy of the lengths (nothing the host must know: a
+        CUDA graph can replay it). Every row must be shorter than ``n_keys``. Does not advance the
+        lengths."""
         plan = _Plan(1)
-        plan.pos_B = cache.lengths.clamp(max=capacity - 1)
-        plan.n_keys = capacity
-        plan.mask = (cache._positions_M[None, :] <= plan.pos_B[:, None])[:, None, None, :]  # (B, 1, 1, M)
+        plan.pos_B = cache.lengths.clamp(max=n_keys - 1)
+        plan.n_keys = n_keys
+        keys_S = cache._positions_M[:n_keys]
+        plan.mask = (keys_S[None, :] <= plan.pos_B[:, None])[:, None, None, :]  # (B, 1, 1, S)
         plan.write_idx = (cache._base_BH + plan.pos_B[:, None]).reshape(-1)
         x_BTD = embed(ids_B[:, None], self.wte_VD, self.wpe_MD, plan.pos_B)
         for i, layer in enumerate(self.layers):
             x_BTD = block(x_BTD, layer, self.config, cache, i, plan)
         x_BTD = layer_norm(x_BTD, self.lnf_g, self.lnf_b, self.config.layer_norm_eps)
-        return lm_head(x_BTD, self.wte_VD)[:, 0]
+        return self._lm_head(x_BTD)[:, 0]
 
     def compile_decode(self, cache: StaticKVCache, mode: str = "cuda_graph") -> Callable[..., torch.Tensor]:
         """cache -> step(ids_B, check=True) -> logits [B,V]: a faster ``decode_step`` bound to this cache.
 
         Each call advances every row of ``cache`` by one token (rows may sit at different lengths;
-        there is no ``active`` mask). Attention runs over the whole capacity with a mask built on the
-        device from ``cache.lengths``, so every shape is fixed and nothing needs the host.
+        there is no ``active`` mask). Attention runs over a fixed stretch of the cache, the smallest
+        of ``key_buckets(capacity)`` (64, 128, 256, ... keys) that holds the longest row, with a mask
+        built on the device from ``cache.lengths``: every shape is fixed within a bucket, nothing
+        needs the host, and a step never reads more than about twice the keys it needs.
 
-        On CUDA, ``mode="cuda_graph"`` captures one such step (plus the length update) in a CUDA graph
-        and each call replays it: one launch instead of hundreds. ``mode="compile"`` first compiles the
-        step with ``torch.compile`` (fused inductor kernels), then captures that in a graph the same
-        way. (We capture ourselves rather than use ``mode="reduce-overhead"``: its graphs copy every
-        input that is not an ``nn.Parameter`` into static buffers at each replay, and our weights and
-        cache are plain tensors.) On the CPU there are no graphs: ``"cuda_graph"`` runs the step
-        eagerly and ``"compile"`` runs it through ``torch.compile`` (which needs a C++ compiler).
-        Nothing global is changed. The step writes nothing while it is being built.
+        On CUDA, ``mode="cuda_graph"`` captures one such step (plus the length update) per bucket in
+        a CUDA graph, the first time a bucket is reached, and each call replays it: one launch
+        instead of hundreds. ``mode="compile"`` first compiles the step with ``torch.compile`` (fused
+        inductor kernels, once per bucket), then captures that in a graph the same way. (We capture
+        ourselves rather than use ``mode="reduce-overhead"``: its graphs copy every input that is not
+        an ``nn.Parameter`` into static buffers at each replay, and our weights and cache are plain
+        tensors.) On the CPU there are no graphs: ``"cuda_graph"`` runs the step eagerly and
+        ``"compile"`` runs it through ``torch.compile`` (which needs a C++ compiler). Nothing global
+        is changed. The step writes nothing while it is being built.
 
         The returned logits tensor is reused by the next call: clone it to keep it. ``check=False``
         skips the token-id range check, which on CUDA waits for the device.
@@ -781,15 +917,20 @@ class TorchModel:
             raise ValueError(f"mode: expected one of {list(modes)}, got {mode!r}")
         if not hasattr(cache, "_positions_M"):
             cache._positions_M = torch.arange(cache.capacity, device=cache.device)
-
-        def fixed(ids_B: torch.Tensor) -> torch.Tensor:
-            return self._decode_fixed(ids_B, cache)
-
-        if mode == "compile":
-            fixed = torch.compile(fixed, dynamic=False)
         on_cuda = self.device.type == "cuda"
-        fn = self._capture(cache, fixed) if on_cuda else fixed
+        steps: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}  # bucket -> step (or graph replay)
         model = self
+
+        def for_bucket(n_keys: int) -> Callable[[torch.Tensor], torch.Tensor]:
+            if n_keys not in steps:
+
+                def fixed(ids_B: torch.Tensor) -> torch.Tensor:
+                    return model._decode_fixed(ids_B, cache, n_keys)
+
+                if mode == "compile":
+                    fixed = torch.compile(fixed, dynamic=False)
+                steps[n_keys] = model._capture(cache, fixed, n_keys) if on_cuda else fixed
+            return steps[n_keys]
 
         def step(ids_B: Any, check: bool = True) -> torch.Tensor:
             """[B] -> [B,V]: one decode step of every row of the bound cache."""
@@ -808,6 +949,7 @@ class TorchModel:
                     f"ids_B: row {int(lengths.argmax())} is full (capacity {cache.capacity}); "
                     "reset or truncate it"
                 )
+            fn = for_bucket(bucket_for(int(lengths.max()) + 1, cache.capacity))
             with torch.inference_mode():
                 logits_BV = fn(ids_B)
                 if not on_cuda:  # a captured graph advances the device lengths itself
@@ -815,13 +957,17 @@ class TorchModel:
             cache._host += 1
             return logits_BV
 
+        step.buckets = steps  # the buckets built so far (for inspection and tests)
         return step
 
     def _capture(
-        self, cache: StaticKVCache, fixed: Callable[[torch.Tensor], torch.Tensor]
+        self,
+        cache: StaticKVCache,
+        fixed: Callable[[torch.Tensor], torch.Tensor],
+        n_keys: int,
     ) -> Callable[[torch.Tensor], torch.Tensor]:
-        """Record ``fixed`` (one decode step) plus the length update in a CUDA
-        graph; return its replay.
+        """Record ``fixed`` (one decode step over ``n_keys`` slots) plus the
+        length update in a CUDA graph; return its replay.
         """
         static_ids = torch.zeros(
             cache.batch_size,
@@ -831,7 +977,7 @@ class TorchModel:
         with torch.inference_mode(), torch.cuda.device(self.device):
             # warm-up runs (and compilation) write K/V at each row's next
             # slot: save those slots, restore
-            pos_B = cache.lengths.clamp(max=cache.capacity - 1)
+            pos_B = cache.lengths.clamp(max=n_keys - 1)
             idx = (cache._base_BH + pos_B[:, None]).reshape(-1)
             saved = [
                 (k[idx].clone(), v[idx].clone())
