@@ -1,5 +1,5 @@
 """kvtutor.demos: the wrong variants really are wrong, the right ones match the model, and the
-baselines (no cache, the seed's generate, counting caches) agree with NumpyModel."""
+baselines (no cache, the worked example's generate, counting caches) agree with NumpyModel."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor import costs, demos
+from kvtutor import costs, demos, figures
 from kvtutor.numpy_model import causal_mask
 
 TOL = {"rtol": 1e-4, "atol": 1e-5}
@@ -263,31 +263,35 @@ def test_generation_without_cache_and_the_seeds_loop_give_the_models_tokens(toy_
     for model, prompt in ((toy_model, [1, 2, 3]), (gqa_model, [5, 1, 9, 2])):
         want = model.generate(prompt, 8)
         assert demos.generate_without_cache(model, prompt, 8) == want
-        assert demos.seed_generate(model, prompt, 8) == want
+        assert demos.worked_example_generate(model, prompt, 8) == want
         sampled = model.generate(prompt, 8, temperature=1.5, seed=4)
         assert demos.generate_without_cache(model, prompt, 8, temperature=1.5, seed=4) == sampled
-        assert demos.seed_generate(model, prompt, 8, temperature=1.5, seed=4) == sampled
-    assert demos.seed_generate(toy_model, [1, 2, 3], 0) == []
+        assert demos.worked_example_generate(model, prompt, 8, temperature=1.5, seed=4) == sampled
+    assert demos.worked_example_generate(toy_model, [1, 2, 3], 0) == []
     assert demos.generate_without_cache(toy_model, [1, 2, 3], 0) == []
 
 
 def test_the_toy_model_says_on_the_mat(toy_model):
     tok = kvtutor.load_toy_tokenizer()
-    new = demos.seed_generate(toy_model, tok.encode(kvtutor.TOY_PROMPT), 4)
+    new = demos.worked_example_generate(toy_model, tok.encode(kvtutor.TOY_PROMPT), 4)
     assert tok.decode(new) == "on the mat."
 
 
 def test_baseline_errors(toy_model):
-    with pytest.raises(ValueError, match=r"^max_new_tokens: prompt of 3 \+ 14 new tokens exceeds"):
-        demos.generate_without_cache(toy_model, [1, 2, 3], 14)
-    with pytest.raises(ValueError, match=r"^max_new_tokens: prompt of 3 \+ 14 new tokens exceeds"):
-        demos.seed_generate(toy_model, [1, 2, 3], 14)
+    # 3 + 14 new tokens run 16 positions (the last new token is never fed back): they fit max_seq_len 16
+    assert len(demos.generate_without_cache(toy_model, [1, 2, 3], 14)) == 14
+    assert demos.worked_example_generate(toy_model, [1, 2, 3], 14) == toy_model.generate([1, 2, 3], 14)
+    want = r"^max_new_tokens: prompt of 3 \+ 15 new tokens exceeds max_seq_len 16"
+    with pytest.raises(ValueError, match=want):
+        demos.generate_without_cache(toy_model, [1, 2, 3], 15)
+    with pytest.raises(ValueError, match=want):
+        demos.worked_example_generate(toy_model, [1, 2, 3], 15)
     with pytest.raises(ValueError, match=r"^prompt_ids: expected at least one token"):
-        demos.seed_generate(toy_model, [], 3)
+        demos.worked_example_generate(toy_model, [], 3)
     with pytest.raises(TypeError, match=r"^prompt_ids: expected a sequence of int token ids"):
         demos.generate_without_cache(toy_model, "The cat", 3)
     with pytest.raises(ValueError, match=r"^temperature: expected >= 0"):
-        demos.seed_generate(toy_model, [1], 3, temperature=-1.0)
+        demos.worked_example_generate(toy_model, [1], 3, temperature=-1.0)
 
 
 # ---------------------------------------------------------------- caches that count bytes
@@ -346,6 +350,9 @@ def test_figures_draw_the_arrays_they_are_given(toy_model):
     plt.close(fig)
     fig = demos.plot_masks(3, 7, key_labels=list("abcdefg"))
     assert len(fig.axes) == 2 and len(fig.axes[0].images) == 1
+    # as wide as the text column at most, so its labels are shown at their own size (>= 9 pt)
+    assert fig.get_figwidth() <= figures.PAGE_WIDTH + 1e-9
+    assert min(t.get_fontsize() for ax in fig.axes for t in ax.texts) >= 9
     np.testing.assert_array_equal(
         fig.axes[0].images[0].get_array(), demos.top_left_causal_mask(3, 7).astype(int)
     )

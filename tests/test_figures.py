@@ -64,6 +64,9 @@ def test_plot_attention_prefill_has_scores_mask_and_weights(prefill_trace):
     assert sum(t == r"$-\infty$" for t in texts(mask_ax)) == 3
     assert texts(weights_ax)[0] == "1.00"
     assert fig.get_suptitle() == "layer 0"
+    # drawn no wider than the text column, so the labels are shown at their own size
+    assert fig.get_figwidth() <= figures.PAGE_WIDTH + 1e-9
+    assert min(t.get_fontsize() for ax in fig.axes for t in ax.texts) >= 9
 
 
 def test_plot_attention_decode_has_two_panels(toy_model):
@@ -169,6 +172,19 @@ def test_plot_matmul_shapes_draws_every_cell_to_scale():
     assert len(cached) == 3 * 4
     # the same cell size everywhere: equal data limits in every panel
     assert len({ax.get_xlim() for ax in fig.axes}) == 1
+    # no weight matrix among these: B is green (computed) or blue (cached), and the legend says so
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [
+        "left operand: the new tokens' rows",
+        "K/V read from the cache",
+        "K/V computed in this pass",
+        "result",
+    ]
+    # a weight matrix is drawn in its own colour, never in the colour of computed K/V
+    fig = figures.plot_matmul_shapes({"decode": [P("x @ W_Q", (1, 8), (8, 8), b_is_weight=True)]})
+    faces = {matplotlib.colors.to_hex(p.get_facecolor()) for p in fig.axes[0].patches}
+    assert figures.WEIGHT_COLOR in faces and figures.COMPUTED_COLOR not in faces
+    assert "weight matrix, read from memory" in [t.get_text() for t in fig.legends[0].get_texts()]
     with pytest.raises(ValueError, match=r"^products: inner dimensions differ"):
         figures.plot_matmul_shapes({"p": [P("bad", (3, 8), (4, 8))]})
     with pytest.raises(ValueError, match=r"^products: expected the same positive number"):

@@ -12,9 +12,10 @@ it beside the real model and show where the numbers part ways:
   rows, which the model never needs: reading it only recomputes outputs that are thrown away.
 
 The right ones sit beside them: ``forward_offset_mask`` (the mask aligned to the last position),
-``generate_without_cache`` (every step recomputes the whole sequence), ``seed_generate`` (the
-first source document's ``generate`` written with the package's step functions) and caches that
-count the bytes they write. The figures of chapters 5 to 7 are at the end.
+``generate_without_cache`` (every step recomputes the whole sequence),
+``worked_example_generate`` (the ``generate`` pseudo-code of the worked example, one of the book's
+two source documents, written with the package's step functions) and caches that count the bytes
+they write. The figures of chapters 5 to 7 are at the end.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ __all__ = [
     "forward_reading_cached_queries",
     "generate_without_cache",
     "post_attention",
-    "seed_generate",
+    "worked_example_generate",
     "CountingConcatKVCache",
     "CountingPreallocatedKVCache",
     "counting_cache",
@@ -335,7 +336,7 @@ def forward_reading_cached_queries(
     return _forward(model, ids_T, cache, core)
 
 
-# ---------------------------------------------------------------- baselines: no cache, the seed's loop
+# ---------------------------------------------------------------- baselines: no cache, the worked example
 
 
 def generate_without_cache(
@@ -351,7 +352,7 @@ def generate_without_cache(
     cfg = model.config
     prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
     ids = [int(i) for i in prompt]
-    check_max_new_tokens(max_new_tokens, len(ids), cfg.max_seq_len)
+    check_max_new_tokens(max_new_tokens, len(ids), cfg.max_seq_len, "max_seq_len")
     rng = np.random.default_rng(seed)
     new: list[int] = []
     for _ in range(max_new_tokens):
@@ -362,14 +363,14 @@ def generate_without_cache(
     return new
 
 
-def seed_generate(
+def worked_example_generate(
     model: NumpyModel,
     prompt_ids: Any,
     max_new: int = 100,
     temperature: float = 0.0,
     seed: int | None = None,
 ) -> list[int]:
-    """prompt [T] -> the new ids [max_new]: the first source document's
+    """prompt [T] -> the new ids [max_new]: the worked example's
     ``generate``, line by line.
 
     One prefill over the prompt that keeps each layer's (K, V), then
@@ -378,7 +379,7 @@ def seed_generate(
     """
     cfg, w = model.config, model.weights
     prompt_ids = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
-    check_max_new_tokens(max_new, len(prompt_ids), cfg.max_seq_len)
+    check_max_new_tokens(max_new, len(prompt_ids), cfg.max_seq_len, "max_seq_len")
     if max_new == 0:
         return []
     rng = np.random.default_rng(seed)
@@ -554,11 +555,16 @@ def plot_masks(n_queries: int, n_keys: int, key_labels: Any | None = None) -> An
         keys = [f"{i}\n{s}" for i, s in enumerate(keys)]
     from matplotlib.colors import ListedColormap
 
+    from .figures import PAGE_WIDTH
+
     plt = _pyplot()
     cmap = ListedColormap(["#d9d9d9", "#54a24b"])
     offset = n_keys - n_queries
     rows = [f"query at {offset + t}" for t in range(n_queries)]
-    fig, axes = plt.subplots(1, 2, figsize=(2 * (0.55 * n_keys + 1.6), 0.5 * n_queries + 1.6))
+    # one panel above the other, each as wide as the page allows: labels at their own size
+    cell = min(0.6, (PAGE_WIDTH - 1.4) / n_keys)
+    panel_h = cell * n_queries + 1.1
+    fig, axes = plt.subplots(2, 1, figsize=(cell * n_keys + 1.4, 2 * panel_h))
     panels = (
         (top_left_causal_mask(n_queries, n_keys), "top-left aligned (is_causal=True): WRONG"),
         (causal_mask(n_queries, n_keys), "aligned to the last position: right"),
@@ -566,13 +572,13 @@ def plot_masks(n_queries: int, n_keys: int, key_labels: Any | None = None) -> An
     for ax, (mask_TS, name) in zip(axes, panels, strict=True):
         ax.imshow(mask_TS.astype(int), cmap=cmap, vmin=0, vmax=1, aspect="equal")
         for (r, c), ok in np.ndenumerate(mask_TS):
-            ax.text(c, r, "see" if ok else "-", ha="center", va="center", fontsize=7)
+            ax.text(c, r, "see" if ok else "-", ha="center", va="center", fontsize=9)
         ax.axvline(offset - 0.5, color="black", lw=1.5, ls="--")
-        ax.set_xticks(range(n_keys), keys, fontsize=8)
-        ax.set_yticks(range(n_queries), rows, fontsize=8)
-        ax.set_xlabel("key position (left of the dashed line: from the cache)", fontsize=8)
-        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(n_keys), keys, fontsize=9)
+        ax.set_yticks(range(n_queries), rows, fontsize=9)
+        ax.set_title(name, fontsize=10)
         ax.tick_params(length=0)
+    axes[-1].set_xlabel("key position (left of the dashed line: from the cache)", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -31,6 +31,21 @@ def setup_notebook(seed: int = 0) -> None:
     mpl.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (6.4, 3.6)})
 
 
+def glue(name: str, value: Any, display: bool = True) -> None:
+    """Keep ``value`` under ``name`` for the book's prose: myst-nb's ``glue`` where myst-nb is
+    installed (building the book, nbval); in a plain kernel (Colab, Binder, a laptop without the
+    book's tools) the value is only shown, if ``display``."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        if display:
+            from IPython.display import display as show
+
+            show(value)
+        return
+    myst_glue(name, value, display)
+
+
 def source(obj: Any) -> str:
     """The real source code of a function or class in the package (never a pasted copy)."""
     return textwrap.dedent(inspect.getsource(obj))

@@ -31,6 +31,13 @@ PROMPT_COLOR = "#4c78a8"  # K/V written by prefill
 DECODE_COLOR = "#f58518"  # K/V written by decode steps, and the new token
 NEW_EDGE = "#d62728"  # outline of what this step writes
 EMPTY_COLOR = "#eeeeee"  # reserved, not yet written
+COMPUTED_COLOR = "#54a24b"  # K/V rows computed in this pass
+WEIGHT_COLOR = "#bab0ac"  # a weight matrix, read from memory
+RESULT_COLOR = "#b279a2"  # the product
+
+#: inches: the book's text column at 1280 px is about 700 px wide, and figures are drawn at
+#: 100 dpi, so a figure this wide is shown at its own size and its fonts keep their size
+PAGE_WIDTH = 7.0
 
 
 def _pyplot():
@@ -74,7 +81,7 @@ def _heatmap(
     ax.set_facecolor("#bbbbbb")
     for (r, c), value in np.ndenumerate(m_RC):
         if not np.isfinite(value):
-            ax.text(c, r, r"$-\infty$", ha="center", va="center", color="black", fontsize=9)
+            ax.text(c, r, r"$-\infty$", ha="center", va="center", color="black", fontsize=10)
             continue
         dark = (value - lo) / (hi - lo) < 0.6
         ax.text(
@@ -83,7 +90,7 @@ def _heatmap(
             fmt.format(float(value)),
             ha="center",
             va="center",
-            fontsize=8,
+            fontsize=9,
             color="white" if dark else "black",
         )
     ax.set_xticks(range(len(col_labels)), col_labels)
@@ -103,7 +110,7 @@ def _mask_map(
     )
     for (r, c), allowed in np.ndenumerate(mask_RC):
         text, color = ("0", "black") if allowed else (r"$-\infty$", "white")
-        ax.text(c, r, text, ha="center", va="center", fontsize=9, color=color)
+        ax.text(c, r, text, ha="center", va="center", fontsize=10, color=color)
     ax.set_xticks(range(len(col_labels)), col_labels)
     ax.set_yticks(range(len(row_labels)), row_labels)
     ax.tick_params(length=0)
@@ -138,7 +145,9 @@ def plot_attention(
 ) -> Figure:
     """[T,S] scores, [T,S] weights, optional [T,S] bool mask -> Figure with 3 panels (2 without mask).
 
-    Panels: raw scores Q K^T, the causal mask (if any), the weights A = softmax(mask(S) / sqrt(K)).
+    Panels: the raw scores Q K^T, the causal mask (if any), the weights
+    A = softmax(masked scores / sqrt(d_h)). At most ``PAGE_WIDTH`` wide, so the labels are shown at
+    their own size.
     """
     scores_TS = _check_2d("scores_TS", scores_TS)
     a_TS = _check_2d("a_TS", a_TS)
@@ -148,29 +157,29 @@ def plot_attention(
         )
     rows = _check_labels("query_labels", query_labels, scores_TS.shape[0])
     cols = _check_labels("key_labels", key_labels, scores_TS.shape[1])
-    panels: list[tuple[np.ndarray, str, str, str]] = [
-        (scores_TS, r"scores $S = QK^\top$", "{:.2f}", "viridis")
-    ]
+    panels: list[tuple[np.ndarray, str, str, str]] = [(scores_TS, r"scores $QK^\top$", "{:.2f}", "viridis")]
     if mask_TS is not None:
         mask_TS = _check_2d("mask_TS", mask_TS).astype(bool)
         if mask_TS.shape != scores_TS.shape:
             raise ValueError(
                 f"mask_TS: expected the shape of scores_TS {list(scores_TS.shape)}, got {list(mask_TS.shape)}"
             )
-        panels.append((mask_TS, "causal mask (added to S)", "", "mask"))
+        panels.append((mask_TS, "causal mask (added)", "", "mask"))
     panels.append((a_TS, r"weights $A$ (rows sum to 1)", "{:.2f}", "magma"))
     plt = _pyplot()
     n_t, n_s = scores_TS.shape
+    # cells of at most 0.6 in, and the whole figure no wider than the page
+    cell = min(0.6, (PAGE_WIDTH - 0.4 - 1.0 * len(panels)) / (len(panels) * n_s))
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(len(panels) * (0.65 * n_s + 1.1) + 0.4, 0.55 * n_t + 1.5), squeeze=False
+        1, len(panels), figsize=(len(panels) * (cell * n_s + 1.0) + 0.4, cell * n_t + 1.6), squeeze=False
     )
     for ax, (m, name, fmt, cmap) in zip(axes[0], panels, strict=True):
         if cmap == "mask":
             _mask_map(ax, m, rows, cols, name)
         else:
             _heatmap(ax, m, rows, cols, name, fmt, cmap)
-        ax.set_xlabel("key", fontsize=9)
-    axes[0][0].set_ylabel("query", fontsize=9)
+        ax.set_xlabel("key", fontsize=10)
+    axes[0][0].set_ylabel("query", fontsize=10)
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
@@ -268,7 +277,7 @@ def plot_cache_buffer(
         ax.set_yticks(range(d_head), [f"k{i}" for i in range(d_head)], fontsize=8)
         ax.set_ylabel(f"head {h}", fontsize=9)
     axes[0, 0].set_title(
-        title or f"key buffer [H={n_heads}, M={capacity}, K={d_head}], length {length}", fontsize=10
+        title or f"key buffer [H={n_heads}, M={capacity}, $d_h$={d_head}], length {length}", fontsize=10
     )
     axes[-1, 0].set_xlabel("position in the buffer (token written there)", fontsize=9)
     fig.tight_layout()
@@ -351,7 +360,8 @@ def plot_cache_growth(
 
 
 class Product(NamedTuple):
-    """One product A @ B = C to draw; ``b_cached_rows``/``b_cached_cols`` of B came from the KV cache."""
+    """One product A @ B = C to draw; ``b_cached_rows``/``b_cached_cols`` of B came from the KV cache,
+    and ``b_is_weight`` says that B is a weight matrix (read from memory, not computed)."""
 
     label: str
     a_shape: tuple[int, int]
@@ -359,6 +369,7 @@ class Product(NamedTuple):
     b_cached_rows: int = 0
     b_cached_cols: int = 0
     names: tuple[str, str, str] = ("A", "B", "C")
+    b_is_weight: bool = False
 
 
 def _draw_matrix(
@@ -388,8 +399,9 @@ def plot_matmul_shapes(products: dict[str, Sequence[Product]], title: str = "") 
     """{phase: [Product, ...]} -> Figure, one panel per product and phase, every cell the same size.
 
     Columns are phases (e.g. prefill, decode), rows the products, so the same product in both phases
-    sits side by side at one scale. Orange: the new rows of the left operand; blue cells of B were
-    read from the KV cache, green ones were computed in this pass (weights or new K/V).
+    sits side by side at one scale. Orange: the left operand, one row per new token; B is grey when
+    it is a weight matrix, otherwise its blue cells were read from the KV cache and its green ones
+    computed in this pass; purple: the result. A legend under the panels says so.
     """
     if not products:
         raise ValueError("products: expected at least one phase, got none")
@@ -409,13 +421,15 @@ def plot_matmul_shapes(products: dict[str, Sequence[Product]], title: str = "") 
                     f"products: inner dimensions differ in {prod.label!r}: {prod.a_shape} @ {prod.b_shape}"
                 )
             span_x = max(span_x, prod.a_shape[1] + 2 * prod.b_shape[1] + 5.5)
-            row_heights[r] = max(row_heights[r], max(prod.a_shape[0], prod.b_shape[0]) + 2.6)
+            row_heights[r] = max(row_heights[r], max(prod.a_shape[0], prod.b_shape[0]) + 3.2)
     plt = _pyplot()
-    unit = 0.17
+    from matplotlib.patches import Patch
+
+    unit = 0.17  # inches per cell: "@", "=" and the shape labels need about two cells
     fig, axes = plt.subplots(
         n_rows,
         len(phases),
-        figsize=(unit * span_x * len(phases) + 0.6, unit * sum(row_heights) + 0.5 + 0.3 * bool(title)),
+        figsize=(unit * span_x * len(phases) + 0.6, unit * sum(row_heights) + 0.8 + 0.3 * bool(title)),
         squeeze=False,
         gridspec_kw={"height_ratios": row_heights},
     )
@@ -426,17 +440,41 @@ def plot_matmul_shapes(products: dict[str, Sequence[Product]], title: str = "") 
             a_name, b_name, c_name = prod.names
             x = _draw_matrix(ax, 0.0, (m, k), DECODE_COLOR, a_name)
             ax.text(x + 1.0, -min(m, k) / 2, "@", ha="center", va="center", fontsize=11)
-            x = _draw_matrix(ax, x + 2.0, (k, n), "#54a24b", b_name, prod.b_cached_rows, prod.b_cached_cols)
+            b_face = WEIGHT_COLOR if prod.b_is_weight else COMPUTED_COLOR
+            x = _draw_matrix(ax, x + 2.0, (k, n), b_face, b_name, prod.b_cached_rows, prod.b_cached_cols)
             ax.text(x + 1.0, -min(m, k) / 2, "=", ha="center", va="center", fontsize=11)
-            _draw_matrix(ax, x + 2.0, (m, n), "#b279a2", c_name)
+            _draw_matrix(ax, x + 2.0, (m, n), RESULT_COLOR, c_name)
             ax.set_xlim(-0.3, span_x)
             ax.set_ylim(-row_heights[r] + 1.2, 1.4)
             ax.set_aspect("equal")
             ax.axis("off")
             ax.set_title(f"{phase}: {prod.label}", fontsize=9, loc="left")
+    every = [prod for p in phases for prod in products[p]]
+    legend = [
+        (DECODE_COLOR, "left operand: the new tokens' rows", True),
+        (WEIGHT_COLOR, "weight matrix, read from memory", any(p.b_is_weight for p in every)),
+        (PROMPT_COLOR, "K/V read from the cache", any(p.b_cached_rows or p.b_cached_cols for p in every)),
+        (
+            COMPUTED_COLOR,
+            "K/V computed in this pass",
+            any(
+                not p.b_is_weight and p.b_cached_rows < p.b_shape[0] and p.b_cached_cols < p.b_shape[1]
+                for p in every
+            ),
+        ),
+        (RESULT_COLOR, "result", True),
+    ]
+    legend = [(c, t) for c, t, shown in legend if shown]
+    fig.legend(
+        handles=[Patch(facecolor=c, edgecolor="white", label=t) for c, t in legend],
+        loc="lower center",
+        ncol=3,
+        fontsize=9,
+        frameon=False,
+    )
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
     return fig
 
 
