@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -85,9 +84,6 @@ def test_chapter_runs_alone_outside_the_repository(path, tmp_path, monkeypatch):
         timeout=600,
         kernel_name="python3",
         resources={"metadata": {"path": str(work)}},
-        kernel_manager_kwargs={"kernel_cmd": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]}
-        if False
-        else {},
     )
     client.execute()  # raises CellExecutionError on the first failing cell
     # the blocker worked: glue fell back to showing values, so no myst-nb output was stored
