@@ -31,8 +31,8 @@ SHELL       := bash
 .NOTPARALLEL:
 .DELETE_ON_ERROR:
 
-.PHONY: help install lint unit nbval book chromium browser test notebooks serve bench clean distclean \
-	constraints
+.PHONY: help install lint unit nbval standalone book chromium browser test notebooks serve bench clean \
+	distclean constraints
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/\$$(PORT)/$(PORT)/g' \
@@ -48,16 +48,32 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -f $@ || { \
 	  if [ -e $(VENV) ]; then echo "$(VENV) has no $(notdir $@) (an install failed or was stopped): recreating it"; fi; \
 	  rm -rf $(VENV); echo "$(PYTHON) -m venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	@if [ -n "$(TORCH_INDEX)" ] && $(PY) -c 'import sys, urllib.request as u; \
+	$(call install_torch,$(BIN))
+	$(BIN)/pip install -c constraints.txt -e '.[dev]'
+	touch $@
+
+# $(call install_torch,BIN): torch into the venv of BIN from TORCH_INDEX when that answers, else
+# (with a note) from pip's own sources when the next install asks for it.
+define install_torch
+	@if [ -n "$(TORCH_INDEX)" ] && $(1)/python -c 'import sys, urllib.request as u; \
 	      u.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()' '$(TORCH_INDEX)' 2>/dev/null; \
 	then \
-	  echo "$(BIN)/pip install -c constraints.txt --extra-index-url $(TORCH_INDEX) torch"; \
-	  $(BIN)/pip install -c constraints.txt --extra-index-url '$(TORCH_INDEX)' torch; \
+	  echo "$(1)/pip install -c constraints.txt --extra-index-url $(TORCH_INDEX) torch"; \
+	  $(1)/pip install -c constraints.txt --extra-index-url '$(TORCH_INDEX)' torch; \
 	elif [ -n "$(TORCH_INDEX)" ]; then \
 	  echo "note: $(TORCH_INDEX) is unreachable: torch comes from pip's own sources" \
 	       "(on Linux, PyPI's torch is the CUDA build; see TORCH_INDEX in the Makefile)" >&2; \
 	fi
-	$(BIN)/pip install -c constraints.txt -e '.[dev]'
+endef
+
+# A reader's environment, as in Colab or Binder: kvtutor[notebooks] and a kernel, none of the book's
+# tools (no Jupyter Book, myst-nb, Sphinx or nbval), kvtutor installed from the sources, not editable.
+READER  := _build/reader-venv
+$(READER)/.installed: pyproject.toml constraints.txt $(STAMP)
+	rm -rf $(READER)
+	$(PYTHON) -m venv $(READER)
+	$(call install_torch,$(READER)/bin)
+	$(READER)/bin/pip install --quiet -c constraints.txt '.[notebooks]' ipykernel nbclient
 	touch $@
 
 install: $(STAMP)  ## create .venv and install kvtutor[dev] with the pinned versions
@@ -106,7 +122,12 @@ browser: book chromium  ## open every chapter in headless Chromium and check it
 	$(BIN)/pytest tests/browser
 
 # The browser comes first, so that a machine without one learns it in seconds, not after nbval.
-test: chromium lint unit nbval book browser  ## everything CI runs, in order, stopping at the first failure
+# Every chapter alone, from a copy outside the repository, in the reader's environment above.
+standalone: $(READER)/.installed  ## run every chapter as in Colab: only kvtutor[notebooks], copies outside the repo
+	cd $(READER) && $(NBENV) JUPYTER_PREFER_ENV_PATH=1 bin/python $(abspath tools/run_standalone.py) \
+	  $(abspath $(wildcard book/*.ipynb))
+
+test: chromium lint unit nbval standalone book browser  ## everything CI runs, in order, stopping at the first failure
 
 $(KERNEL): $(STAMP)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name 'Python 3 (ipykernel)'

@@ -352,7 +352,8 @@ def generate_without_cache(
     cfg = model.config
     prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
     ids = [int(i) for i in prompt]
-    check_max_new_tokens(max_new_tokens, len(ids), cfg.max_seq_len, "max_seq_len")
+    limit = cfg.max_seq_len
+    check_max_new_tokens(max_new_tokens, len(ids), limit, "max_seq_len")
     rng = np.random.default_rng(seed)
     new: list[int] = []
     for _ in range(max_new_tokens):
@@ -379,7 +380,8 @@ def worked_example_generate(
     """
     cfg, w = model.config, model.weights
     prompt_ids = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
-    check_max_new_tokens(max_new, len(prompt_ids), cfg.max_seq_len, "max_seq_len")
+    limit = cfg.max_seq_len
+    check_max_new_tokens(max_new, len(prompt_ids), limit, "max_seq_len")
     if max_new == 0:
         return []
     rng = np.random.default_rng(seed)

@@ -82,10 +82,12 @@ def _check_sweep(batches: Sequence[Any], times_s: Sequence[Any]) -> tuple[list[i
 
 
 def fit_knee(batches: Sequence[int], times_s: Sequence[float]) -> KneeFit:
-    """Step times at batch sizes -> the two-arm fit t(B) = fixed + B x per_sequence and its knee.
+    """Step times at batch sizes -> the two-arm fit t(B) = fixed + B x
+    per_sequence, and its knee.
 
-    Least squares on the relative error: minimise sum(((fixed + B_i x per) - t_i) / t_i)^2, which
-    is linear in (fixed, per), so the 2 x 2 normal equations give it exactly.
+    Least squares on the relative error: minimise
+    sum(((fixed + B_i x per) - t_i) / t_i)^2, which is linear in (fixed, per),
+    so the 2 x 2 normal equations give it exactly.
     """
     b, t = _check_sweep(batches, times_s)
     # rows (1 / t_i, B_i / t_i) . (fixed, per) ~ 1

@@ -85,7 +85,8 @@ def kv_bytes_per_token(spec: ModelSpec, dtype: str = "bf16") -> int:
     """2 x L x Hkv x K x bytes (MLA: L x (latent + rope key) x bytes): what
     one more token adds to the cache, in every layer."""
     _check_spec(spec)
-    return _nbytes(spec.n_layers * spec.kv_numbers_per_layer, _check_dtype(dtype))
+    numbers = spec.n_layers * spec.kv_numbers_per_layer
+    return _nbytes(numbers, _check_dtype(dtype))
 
 
 def kv_bytes_per_token_decompressed(spec: ModelSpec, dtype: str = "bf16") -> int:

@@ -364,7 +364,9 @@ def run_serving(
     waiting = deque(sorted(to_serve, key=lambda r: r.arrival_step))
     if not waiting:
         return trace
-    capacity = max(positions_needed(len(r.prompt_ids), r.max_new_tokens) for r in waiting)
+    # positions a request needs: its prompt and its new tokens but the last
+    capacity = max(positions_needed(len(r.prompt_ids), r.max_new_tokens)
+                   for r in waiting)  # fmt: skip
     # more slots than requests would never be used
     n_slots = min(max_batch_size, len(waiting))
     engine = _engine(model, n_slots, capacity)
@@ -765,11 +767,12 @@ def speculative_run(
     else:
         runner.check_cache(cache, "cache")
     limit = "the cache's capacity" if cache_given else "max_seq_len"
-    check_max_new_tokens(max_new_tokens, len(prompt), runner.capacity(cache), limit)
+    n_new, n_prompt = max_new_tokens, len(prompt)
+    check_max_new_tokens(n_new, n_prompt, runner.capacity(cache), limit)
     if isinstance(drafter, ModelDraft):
         draft_max_len = drafter.model.config.max_seq_len
         draft_limit = "the draft's max_seq_len"
-        check_max_new_tokens(max_new_tokens, len(prompt), draft_max_len, draft_limit)
+        check_max_new_tokens(n_new, n_prompt, draft_max_len, draft_limit)
     rng = np.random.default_rng(seed)
     result = SpeculativeResult([], int(k))
     start = time.perf_counter()
@@ -778,7 +781,8 @@ def speculative_run(
         while len(result.tokens) < max_new_tokens:
             k_round = min(k, max_new_tokens - len(result.tokens) - 1)
             proposal = drafter.propose(seq, k_round, temperature, rng)
-            guesses, q_KV = _check_proposal(proposal, k_round, target_cfg.vocab_size)
+            vocab = target_cfg.vocab_size
+            guesses, q_KV = _check_proposal(proposal, k_round, vocab)
             if not result.tokens and len(prompt) > 1:
                 # prefill; the last prompt token opens the first round
                 runner.forward(prompt[:-1], cache)
@@ -796,7 +800,8 @@ def speculative_run(
             result.proposed.append(len(guesses))
             result.accepted.append(kept)
     except (TypeError, ValueError):
-        runner.truncate(cache, 0)  # a draft that fails later: the cache is left empty, as it came
+        # a draft that fails later: the cache is left empty, as it came
+        runner.truncate(cache, 0)
         raise
     result.seconds = time.perf_counter() - start
     result.draft_calls = drafter.calls if isinstance(drafter, ModelDraft) else 0

@@ -506,13 +506,15 @@ class TorchModel:
         self._fast = [_DecodeWeights.of(ly) for ly in self.layers]
 
     def _row_major(self, n_in: int, n_out: int) -> bool:
-        """Store an [in, out] matrix as it is ([in, out] contiguous, rows of length out)? Else it is
-        stored transposed ([out, in] contiguous) and used through an [in, out] view.
+        """Store an [in, out] matrix as it is ([in, out] contiguous, rows of
+        length out)? Else it is stored transposed ([out, in] contiguous) and
+        used through an [in, out] view.
 
-        On a GPU: always transposed, the layout ``F.linear`` (cuBLAS) reads natively. On a CPU, decode
-        streams each matrix through BLAS's matrix-vector product, whose speed depends on how long each
-        contiguous row is (on an AMD EPYC: 8 GB/s at 1 KiB rows, 24 GB/s at 64 KiB): so each matrix
-        is laid out along its longer side.
+        On a GPU: always transposed, the layout ``F.linear`` (cuBLAS) reads
+        natively. On a CPU, decode streams each matrix through BLAS's
+        matrix-vector product, whose speed depends on how long each contiguous
+        row is (on an AMD EPYC: about 8 GB/s at 1 KiB rows, 24 GB/s at 64 KiB),
+        so each matrix is laid out along its longer side.
         """
         return self.device.type == "cpu" and n_out >= n_in
 
@@ -872,44 +874,62 @@ class TorchModel:
         return cache, step
 
     # ------------------------------------------------------------ the fast decode path
-    def _decode_fixed(self, ids_B: torch.Tensor, cache: StaticKVCache, n_keys: int) -> torch.Tensor:
-        """[B] -> [B,V]: a decode step over the first ``n_keys`` slots of every row, every shape fixed
-        and the positions read from the device copy of the lengths (nothing the host must know: a
-        CUDA graph can replay it). Every row must be shorter than ``n_keys``. Does not advance the
-        lengths."""
+    def _decode_fixed(
+        self,
+        ids_B: torch.Tensor,
+        cache: StaticKVCache,
+        n_keys: int,
+    ) -> torch.Tensor:
+        """[B] -> [B,V]: a decode step over the first ``n_keys`` slots of every
+        row, every shape fixed and the positions read from the device copy of
+        the lengths (nothing the host must know: a CUDA graph can replay it).
+        Every row must be shorter than ``n_keys``. Does not advance the lengths.
+        """
         plan = _Plan(1)
         plan.pos_B = cache.lengths.clamp(max=n_keys - 1)
         plan.n_keys = n_keys
         keys_S = cache._positions_M[:n_keys]
-        plan.mask = (keys_S[None, :] <= plan.pos_B[:, None])[:, None, None, :]  # (B, 1, 1, S)
+        # (B, 1, 1, S): row b sees the keys up to its own position
+        plan.mask = (keys_S[None, :] <= plan.pos_B[:, None])[:, None, None, :]
         plan.write_idx = (cache._base_BH + plan.pos_B[:, None]).reshape(-1)
         x_BTD = embed(ids_B[:, None], self.wte_VD, self.wpe_MD, plan.pos_B)
         for i, layer in enumerate(self.layers):
             x_BTD = block(x_BTD, layer, self.config, cache, i, plan)
-        x_BTD = layer_norm(x_BTD, self.lnf_g, self.lnf_b, self.config.layer_norm_eps)
+        eps = self.config.layer_norm_eps
+        x_BTD = layer_norm(x_BTD, self.lnf_g, self.lnf_b, eps)
         return self._lm_head(x_BTD)[:, 0]
 
-    def compile_decode(self, cache: StaticKVCache, mode: str = "cuda_graph") -> Callable[..., torch.Tensor]:
-        """cache -> step(ids_B, check=True) -> logits [B,V]: a faster ``decode_step`` bound to this cache.
+    def compile_decode(
+        self,
+        cache: StaticKVCache,
+        mode: str = "cuda_graph",
+    ) -> Callable[..., torch.Tensor]:
+        """cache -> step(ids_B, check=True) -> logits [B,V]: a faster
+        ``decode_step`` bound to this cache.
 
-        Each call advances every row of ``cache`` by one token (rows may sit at different lengths;
-        there is no ``active`` mask). Attention runs over a fixed stretch of the cache, the smallest
-        of ``key_buckets(capacity)`` (64, 128, 256, ... keys) that holds the longest row, with a mask
-        built on the device from ``cache.lengths``: every shape is fixed within a bucket, nothing
-        needs the host, and a step never reads more than about twice the keys it needs.
+        Each call advances every row of ``cache`` by one token (rows may sit at
+        different lengths; there is no ``active`` mask). Attention runs over a
+        fixed stretch of the cache, the smallest of ``key_buckets(capacity)``
+        (64, 128, 256, ... keys) that holds the longest row, with a mask built
+        on the device from ``cache.lengths``: every shape is fixed within a
+        bucket, nothing needs the host, and a step never reads more than about
+        twice the keys it needs.
 
-        On CUDA, ``mode="cuda_graph"`` captures one such step (plus the length update) per bucket in
-        a CUDA graph, the first time a bucket is reached, and each call replays it: one launch
-        instead of hundreds. ``mode="compile"`` first compiles the step with ``torch.compile`` (fused
-        inductor kernels, once per bucket), then captures that in a graph the same way. (We capture
-        ourselves rather than use ``mode="reduce-overhead"``: its graphs copy every input that is not
-        an ``nn.Parameter`` into static buffers at each replay, and our weights and cache are plain
-        tensors.) On the CPU there are no graphs: ``"cuda_graph"`` runs the step eagerly and
-        ``"compile"`` runs it through ``torch.compile`` (which needs a C++ compiler). Nothing global
-        is changed. The step writes nothing while it is being built.
+        On CUDA, ``mode="cuda_graph"`` captures one such step (plus the length
+        update) per bucket in a CUDA graph, the first time a bucket is reached,
+        and each call replays it: one launch instead of hundreds.
+        ``mode="compile"`` first compiles the step with ``torch.compile`` (fused
+        inductor kernels, once per bucket), then captures that the same way.
+        (We capture ourselves rather than use ``mode="reduce-overhead"``: its
+        graphs copy every input that is not an ``nn.Parameter`` into static
+        buffers at each replay, and our weights and cache are plain tensors.)
+        On the CPU there are no graphs: ``"cuda_graph"`` runs the step eagerly
+        and ``"compile"`` runs it through ``torch.compile`` (which needs a C++
+        compiler). Nothing global is changed. Building a step writes nothing.
 
-        The returned logits tensor is reused by the next call: clone it to keep it. ``check=False``
-        skips the token-id range check, which on CUDA waits for the device.
+        The returned logits tensor is reused by the next call: clone it to keep
+        it. ``check=False`` skips the token-id range check, which on CUDA waits
+        for the device.
         """
         self._check_cache(cache, static=True)
         modes = ("cuda_graph", "compile")
@@ -918,7 +938,8 @@ class TorchModel:
         if not hasattr(cache, "_positions_M"):
             cache._positions_M = torch.arange(cache.capacity, device=cache.device)
         on_cuda = self.device.type == "cuda"
-        steps: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}  # bucket -> step (or graph replay)
+        # bucket -> its step (on CUDA, the replay of its graph)
+        steps: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
         model = self
 
         def for_bucket(n_keys: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -929,35 +950,39 @@ class TorchModel:
 
                 if mode == "compile":
                     fixed = torch.compile(fixed, dynamic=False)
-                steps[n_keys] = model._capture(cache, fixed, n_keys) if on_cuda else fixed
+                if on_cuda:
+                    fixed = model._capture(cache, fixed, n_keys)
+                steps[n_keys] = fixed
             return steps[n_keys]
 
         def step(ids_B: Any, check: bool = True) -> torch.Tensor:
             """[B] -> [B,V]: one decode step of every row of the bound cache."""
+            vocab, device = model.config.vocab_size, model.device
             if check:
-                ids_B = _ids(ids_B, 1, model.config.vocab_size, "ids_B", model.device)
+                ids_B = _ids(ids_B, 1, vocab, "ids_B", device)
             elif not isinstance(ids_B, torch.Tensor):
-                ids_B = torch.as_tensor(ids_B, dtype=torch.long, device=model.device)
+                ids_B = torch.as_tensor(ids_B, dtype=torch.long, device=device)
             model._check_batch(ids_B[:, None], cache, "ids_B")
             lengths = cache._host
             if lengths.min() == 0:
                 raise ValueError(
-                    f"cache: expected prefilled rows, row {int(lengths.argmin())} is empty (prefill it first)"
-                )
+                    f"cache: expected prefilled rows, row "
+                    f"{int(lengths.argmin())} is empty (prefill it first)"
+                )  # fmt: skip
             if lengths.max() >= cache.capacity:
                 raise ValueError(
-                    f"ids_B: row {int(lengths.argmax())} is full (capacity {cache.capacity}); "
-                    "reset or truncate it"
-                )
+                    f"ids_B: row {int(lengths.argmax())} is full "
+                    f"(capacity {cache.capacity}); reset or truncate it"
+                )  # fmt: skip
             fn = for_bucket(bucket_for(int(lengths.max()) + 1, cache.capacity))
             with torch.inference_mode():
                 logits_BV = fn(ids_B)
-                if not on_cuda:  # a captured graph advances the device lengths itself
+                if not on_cuda:  # a captured graph advances them itself
                     cache.lengths.add_(1)
             cache._host += 1
             return logits_BV
 
-        step.buckets = steps  # the buckets built so far (for inspection and tests)
+        step.buckets = steps  # the buckets built so far (for inspection, tests)
         return step
 
     def _capture(
