@@ -27,6 +27,7 @@ from typing import Any
 
 from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
 from .config import TOY_CONFIG, ModelConfig
+from .llama import LlamaConfig, LlamaModel
 from .numpy_model import NumpyModel
 from .tokenizer import ToyTokenizer
 from .toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
@@ -38,6 +39,8 @@ __all__ = [
     "TOY_CONFIG",
     "TOY_PROMPT",
     "NumpyModel",
+    "LlamaConfig",
+    "LlamaModel",
     "KVCache",
     "PreallocatedKVCache",
     "ConcatKVCache",

@@ -148,7 +148,7 @@ _IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buff
 _LAYER_KEY = re.compile(r"^h\.(\d+)\.")
 
 
-def _to_numpy(value: Any, key: str, dtype: np.dtype) -> np.ndarray:
+def weight_array(value: Any, key: str, dtype: np.dtype) -> np.ndarray:
     """One state-dict entry -> a finite floating array of ``dtype``; errors name the key."""
     label = f"state_dict[{key!r}]"
     if hasattr(value, "detach"):  # a torch tensor; .float() also handles bf16
@@ -240,12 +240,12 @@ def weights_from_state_dict(
         if not isinstance(key, str):
             raise TypeError(f"state_dict: expected str keys, got {type(key).__name__} key {key!r}")
         if key == "lm_head.weight":
-            lm_head = _to_numpy(value, key, dtype)
+            lm_head = weight_array(value, key, dtype)
             continue
         short = key.removeprefix("transformer.")
         if _IGNORED.match(short):
             continue
-        arr = _to_numpy(value, key, dtype)
+        arr = weight_array(value, key, dtype)
         if short in sd:
             raise ValueError(f"state_dict: key {key!r} given twice (with and without 'transformer.')")
         sd[short] = arr

@@ -49,6 +49,14 @@ __all__ = [
     "RequestRecord",
     "StepRecord",
     "check_requests",
+    "ServedOutputs",
+    "latency_summary",
+    "LatencySummary",
+    "RequestLatency",
+    "LATENCY_METRICS",
+    "PERCENTILES",
+    "batch_size_sweep",
+    "BatchSweepRow",
     "speculative_generate",
     "speculative_run",
     "SpeculativeResult",
@@ -413,20 +421,282 @@ def run_serving(
 
 def serve(
     model: Any, requests: Sequence[tuple[int, Sequence[int], int]], max_batch_size: int
-) -> list[list[int]]:
+) -> ServedOutputs:
     """requests (arrival_step, prompt_ids, max_new_tokens) -> each request's new greedy tokens, in order.
 
     Continuous batching: requests join and leave the running batch at every step; each token is
-    the one that decoding the request alone would give.
+    the one that decoding the request alone would give. The list that comes back also carries
+    the run's ``trace`` and its ``latency`` (TTFT, TPOT, end-to-end, throughput, percentiles).
     """
-    return run_serving(model, requests, max_batch_size, "continuous").outputs
+    return ServedOutputs(run_serving(model, requests, max_batch_size, "continuous"))
 
 
 def serve_static(
     model: Any, requests: Sequence[tuple[int, Sequence[int], int]], max_batch_size: int
-) -> list[list[int]]:
+) -> ServedOutputs:
     """requests -> new tokens, with static batching: a batch runs until its longest request finishes."""
-    return run_serving(model, requests, max_batch_size, "static").outputs
+    return ServedOutputs(run_serving(model, requests, max_batch_size, "static"))
+
+
+# ---------------------------------------------------------------- continuous batching: latency metrics
+
+LATENCY_METRICS = ("ttft_steps", "tpot_steps", "e2e_steps", "ttft_s", "tpot_s", "e2e_s")
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class RequestLatency:
+    """One request's latency, in scheduler steps (deterministic) and in seconds (the steps' time).
+
+    TTFT counts the steps from arrival to the first token, both ends included (a request prefilled
+    in the step it arrives has a TTFT of 1 step); end-to-end (e2e) counts them to the last token;
+    TPOT is the mean gap between consecutive tokens after the first, (e2e - TTFT) / (n_tokens - 1).
+    Seconds sum the time of the same steps. NaN where undefined: every metric of a request that
+    produced no token (max_new_tokens 0), and TPOT of a request that produced only one.
+    """
+
+    n_tokens: int
+    ttft_steps: float
+    tpot_steps: float
+    e2e_steps: float
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """One serving run's latency and throughput; ``latency_summary(trace)`` makes it.
+
+    ``requests`` holds one RequestLatency per request, in request order. ``percentiles`` maps each
+    metric name of ``LATENCY_METRICS`` to {50: p50, 90: p90, 99: p99}, over the requests where the
+    metric is defined (NaN if none is). Throughput counts the steps that ran a model (tokens per
+    step) and their total time (tokens per second). ``clock`` says where the seconds come from:
+    ``"measured"`` (each step's perf_counter time) or ``"modelled"`` (a ``step_seconds`` function).
+    """
+
+    policy: str
+    max_batch_size: int
+    clock: str
+    requests: list[RequestLatency]
+    n_tokens: int
+    n_steps: int
+    makespan_steps: int
+    seconds: float
+    tokens_per_step: float
+    tokens_per_second: float
+    percentiles: dict[str, dict[int, float]]
+
+    @property
+    def n_without_tokens(self) -> int:
+        """Requests that produced no token (max_new_tokens 0): left out of every percentile."""
+        return sum(r.n_tokens == 0 for r in self.requests)
+
+    def values(self, metric: str) -> np.ndarray:
+        """metric name -> [N] float64: its value for each request where it is defined, in request order."""
+        if metric not in LATENCY_METRICS:
+            raise ValueError(f"metric: expected one of {LATENCY_METRICS}, got {metric!r}")
+        return _defined(self.requests, metric)
+
+    def percentile(self, metric: str, q: float) -> float:
+        """metric name, q in [0, 100] -> the q-th percentile (numpy's linear interpolation), NaN if none."""
+        if isinstance(q, bool) or not isinstance(q, (int, float, np.integer, np.floating)):
+            raise TypeError(f"q: expected a number in [0, 100], got {type(q).__name__} {q!r}")
+        if not 0 <= q <= 100:
+            raise ValueError(f"q: expected a number in [0, 100], got {q!r}")
+        return _percentile(self.values(metric), q)
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain Python numbers, flat (``ttft_steps_p50``, ...), for glue, JSON or a table."""
+        out: dict[str, float] = {
+            "max_batch_size": self.max_batch_size,
+            "n_requests": len(self.requests),
+            "n_without_tokens": self.n_without_tokens,
+            "n_tokens": self.n_tokens,
+            "n_steps": self.n_steps,
+            "makespan_steps": self.makespan_steps,
+            "seconds": self.seconds,
+            "tokens_per_step": self.tokens_per_step,
+            "tokens_per_second": self.tokens_per_second,
+        }
+        for metric, by_q in self.percentiles.items():
+            out.update({f"{metric}_p{q}": value for q, value in by_q.items()})
+        return out
+
+
+def _defined(requests: list[RequestLatency], metric: str) -> np.ndarray:
+    """[N] float64: the metric for each request where it is defined (not NaN)."""
+    v_N = np.array([getattr(r, metric) for r in requests], dtype=np.float64)
+    return v_N[~np.isnan(v_N)]
+
+
+def _percentile(v_N: np.ndarray, q: float) -> float:
+    """[N] -> the q-th percentile (numpy's linear interpolation), NaN for no values."""
+    return float(np.percentile(v_N, q)) if len(v_N) else float("nan")
+
+
+class ServedOutputs(list):
+    """What ``serve`` returns: the list of each request's new tokens, as before (it compares equal
+    to a plain list), with the run's ``trace`` (a ServingTrace) and ``latency`` attached."""
+
+    def __init__(self, trace: ServingTrace) -> None:
+        super().__init__(trace.outputs)
+        self.trace = trace
+
+    @property
+    def latency(self) -> LatencySummary:
+        """The run's LatencySummary, from the measured step times."""
+        return latency_summary(self.trace)
+
+
+def _check_step_seconds(step_seconds: Any) -> None:
+    if step_seconds is not None and not callable(step_seconds):
+        raise TypeError(
+            "step_seconds: expected None or a function StepRecord -> seconds, got "
+            f"{type(step_seconds).__name__}"
+        )
+
+
+def _step_seconds(trace: ServingTrace, step_seconds: Any) -> list[float]:
+    """Each step's seconds: measured, or ``step_seconds(StepRecord)``, checked finite and >= 0."""
+    _check_step_seconds(step_seconds)
+    if step_seconds is None:
+        return [s.seconds for s in trace.steps]
+    out = []
+    for s in trace.steps:
+        value = step_seconds(s)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(
+                f"step_seconds: expected a number of seconds, got {type(value).__name__} {value!r}"
+            )
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"step_seconds: expected finite seconds >= 0, got {value!r} for step {s.step}")
+        out.append(float(value))
+    return out
+
+
+def latency_summary(trace: ServingTrace, step_seconds: Any = None) -> LatencySummary:
+    """ServingTrace -> LatencySummary: TTFT, TPOT, e2e per request (steps and seconds), throughput,
+    and p50/p90/p99 of each.
+
+    Steps are deterministic: the same requests and batch size always give the same numbers. Seconds
+    are each step's measured time (requests that ran in one step share its time), or, if given,
+    ``step_seconds(step_record)``: a modelled time per step (e.g. from ``kvtutor.costs``), which
+    makes the seconds deterministic too. Requests that produced no token (max_new_tokens 0) have
+    NaN metrics and are left out of the percentiles; so is TPOT of a single-token request.
+    """
+    if not isinstance(trace, ServingTrace):
+        raise TypeError(f"trace: expected a ServingTrace (from run_serving), got {type(trace).__name__}")
+    seconds_S = _step_seconds(trace, step_seconds)
+    step_S = [s.step for s in trace.steps]  # ascending
+    cum = np.concatenate([[0.0], np.cumsum(seconds_S)])
+
+    def between(first: int, last: int) -> float:
+        """Seconds of the steps first .. last, both included."""
+        lo, hi = np.searchsorted(step_S, first, "left"), np.searchsorted(step_S, last, "right")
+        return float(cum[hi] - cum[lo])
+
+    nan = float("nan")
+    per_request = []
+    for r in trace.requests:
+        n = len(r.tokens)
+        if n == 0:
+            per_request.append(RequestLatency(0, nan, nan, nan, nan, nan, nan))
+            continue
+        ttft, e2e = r.admit_step - r.arrival_step + 1, r.finish_step - r.arrival_step + 1
+        ttft_s, after_s = between(r.arrival_step, r.admit_step), between(r.admit_step + 1, r.finish_step)
+        tpot, tpot_s = ((e2e - ttft) / (n - 1), after_s / (n - 1)) if n > 1 else (nan, nan)
+        per_request.append(RequestLatency(n, float(ttft), tpot, float(e2e), ttft_s, tpot_s, ttft_s + after_s))
+    seconds = float(cum[-1])
+    percentiles = {
+        metric: {q: _percentile(_defined(per_request, metric), q) for q in PERCENTILES}
+        for metric in LATENCY_METRICS
+    }
+    return LatencySummary(
+        policy=trace.policy,
+        max_batch_size=trace.max_batch_size,
+        clock="measured" if step_seconds is None else "modelled",
+        requests=per_request,
+        n_tokens=trace.n_tokens,
+        n_steps=trace.n_steps,
+        makespan_steps=trace.makespan_steps,
+        seconds=seconds,
+        tokens_per_step=trace.tokens_per_step,
+        tokens_per_second=trace.n_tokens / seconds if seconds > 0 else nan,
+        percentiles=percentiles,
+    )
+
+
+@dataclass(frozen=True)
+class BatchSweepRow:
+    """One point of the latency-throughput curve: a run of the trace at one max_batch_size.
+
+    Step columns are deterministic; second columns are measured (or modelled, see
+    ``batch_size_sweep``). ``summary`` holds everything else.
+    """
+
+    max_batch_size: int
+    n_steps: int
+    tokens_per_step: float
+    ttft_steps_p50: float
+    tpot_steps_p50: float
+    tpot_steps_p90: float
+    tokens_per_second: float
+    ttft_s_p50: float
+    tpot_s_p50: float
+    tpot_s_p90: float
+    summary: LatencySummary = field(repr=False, compare=False)
+
+
+def batch_size_sweep(
+    model: Any,
+    requests: Sequence[tuple[int, Sequence[int], int]],
+    batch_sizes: Sequence[int],
+    policy: str = "continuous",
+    step_seconds: Any = None,
+) -> list[BatchSweepRow]:
+    """[N] batch sizes -> N BatchSweepRows: the same requests served at each max_batch_size.
+
+    The latency-throughput trade-off as data: throughput (tokens per step, tokens per second)
+    against p50/p90 TPOT and p50 TTFT. In steps, a running request gains one token every step, so
+    TPOT is 1 step at any batch size and a larger batch only cuts waiting (TTFT); the price of a
+    larger batch is a slower step, which only seconds show. ``step_seconds`` (StepRecord ->
+    seconds, e.g. a function of its ``prefilled`` and ``decoded`` counts), if given, models each
+    step's time instead of measuring it, the same function at every batch size.
+    """
+    cfg = _check_model(model, "model")
+    check_requests(requests, cfg)
+    _check_step_seconds(step_seconds)
+    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Sequence):
+        raise TypeError(f"batch_sizes: expected a list of ints >= 1, got {type(batch_sizes).__name__}")
+    if not batch_sizes:
+        raise ValueError("batch_sizes: expected at least one batch size, got none")
+    sizes = []
+    for b in batch_sizes:
+        try:
+            sizes.append(_check_int("max_batch_size", b, 1))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"batch_sizes: {err}") from None
+    rows = []
+    for b in sizes:
+        summary = latency_summary(run_serving(model, requests, b, policy), step_seconds)
+        p = summary.percentiles
+        rows.append(
+            BatchSweepRow(
+                max_batch_size=b,
+                n_steps=summary.n_steps,
+                tokens_per_step=summary.tokens_per_step,
+                ttft_steps_p50=p["ttft_steps"][50],
+                tpot_steps_p50=p["tpot_steps"][50],
+                tpot_steps_p90=p["tpot_steps"][90],
+                tokens_per_second=summary.tokens_per_second,
+                ttft_s_p50=p["ttft_s"][50],
+                tpot_s_p50=p["tpot_s"][50],
+                tpot_s_p90=p["tpot_s"][90],
+                summary=summary,
+            )
+        )
+    return rows
 
 
 # ---------------------------------------------------------------- speculative decoding: the theory

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .figures import DECODE_COLOR, PROMPT_COLOR
-from .serving import ServingTrace
+from .serving import BatchSweepRow, LatencySummary, ServingTrace, latency_summary
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -25,6 +25,8 @@ __all__ = [
     "plot_tokens_per_step",
     "plot_speedups",
     "plot_distributions",
+    "plot_ttft_tpot",
+    "plot_latency_throughput",
 ]
 
 WAIT_COLOR = "#d9d9d9"
@@ -211,5 +213,106 @@ def plot_distributions(p_V: Any, counts: Any, labels: Sequence[str] | None = Non
     ax.grid(alpha=0.3, axis="y")
     if title:
         ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+_CLOCKS = {"seconds": ("_s", 1e3, "ms"), "steps": ("_steps", 1.0, "steps")}
+
+
+def _clock(clock: Any) -> tuple[str, float, str]:
+    if clock not in _CLOCKS:
+        raise ValueError(f"clock: expected 'seconds' or 'steps', got {clock!r}")
+    return _CLOCKS[clock]
+
+
+def plot_ttft_tpot(run: Any, clock: str = "seconds", title: str = "") -> Figure:
+    """LatencySummary (or ServingTrace) -> Figure: histograms of TTFT and TPOT over the requests,
+    with their p50, p90 and p99 marked; ``clock`` "seconds" (shown in ms) or "steps".
+
+    Requests without a token (and, for TPOT, with a single token) are left out, as in the percentiles.
+    """
+    if isinstance(run, ServingTrace):
+        run = latency_summary(run)
+    if not isinstance(run, LatencySummary):
+        raise TypeError(f"run: expected a LatencySummary or a ServingTrace, got {type(run).__name__}")
+    suffix, scale, unit = _clock(clock)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    styles = {50: "-", 90: "--", 99: ":"}
+    for ax, (name, label, color) in zip(
+        axes,
+        (
+            ("ttft", "time to first token (TTFT)", PROMPT_COLOR),
+            ("tpot", "time per output token (TPOT)", DECODE_COLOR),
+        ),
+        strict=True,
+    ):
+        metric = name + suffix
+        v_N = run.values(metric) * scale
+        if len(v_N):
+            bins: Any = min(30, max(5, len(v_N) // 2))
+            if clock == "steps" and np.all(v_N == np.round(v_N)) and np.ptp(v_N) <= 60:
+                bins = np.arange(v_N.min() - 0.5, v_N.max() + 1.5)  # one bar per whole step
+                ax.set_xlim(v_N.min() - 1.5, v_N.max() + 1.5)
+                ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+            ax.hist(v_N, bins=bins, color=color, alpha=0.8, rwidth=0.9)
+            for q, ls in styles.items():
+                ax.axvline(run.percentile(metric, q) * scale, color="black", ls=ls, lw=1, label=f"p{q}")
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no request defines it", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel(f"{label}, {unit}")
+        ax.set_ylabel("requests")
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(
+        title
+        or f"{run.policy} batching, {run.max_batch_size} slots, {len(run.requests)} requests "
+        f"({run.clock if clock == 'seconds' else 'counted'} {clock})",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def plot_latency_throughput(rows: Sequence[BatchSweepRow], clock: str = "seconds", title: str = "") -> Figure:
+    """BatchSweepRows (from ``batch_size_sweep``) -> Figure: latency against throughput, one point per
+    max_batch_size B; left p50 and p90 TPOT, right p50 TTFT; ``clock`` "seconds" (ms) or "steps".
+    """
+    rows = list(rows)
+    if not rows or not all(isinstance(r, BatchSweepRow) for r in rows):
+        raise TypeError("rows: expected a non-empty list of BatchSweepRow (from batch_size_sweep)")
+    suffix, scale, unit = _clock(clock)
+    rate = np.array([r.tokens_per_second if clock == "seconds" else r.tokens_per_step for r in rows])
+    rate_label = "throughput, tokens per second" if clock == "seconds" else "throughput, tokens per step"
+    plt = _pyplot()
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    tpot50 = np.array([getattr(r, f"tpot{suffix}_p50") for r in rows]) * scale
+    tpot90 = np.array([getattr(r, f"tpot{suffix}_p90") for r in rows]) * scale
+    ttft50 = np.array([getattr(r, f"ttft{suffix}_p50") for r in rows]) * scale
+    ax0.plot(rate, tpot50, "o-", color=DECODE_COLOR, lw=2, label="p50")
+    ax0.plot(rate, tpot90, "s--", color=DECODE_COLOR, alpha=0.6, label="p90")
+    ax0.set_ylabel(f"TPOT, {unit} per token")
+    ax1.plot(rate, ttft50, "o-", color=PROMPT_COLOR, lw=2, label="p50")
+    ax1.set_ylabel(f"TTFT, {unit}")
+    for ax, y in ((ax0, tpot50), (ax1, ttft50)):
+        labels: dict[tuple[float, float], list[str]] = {}  # points that coincide share one label
+        for x_i, y_i, r in zip(rate, y, rows, strict=True):
+            if np.isfinite(x_i) and np.isfinite(y_i):
+                labels.setdefault((float(x_i), float(y_i)), []).append(str(r.max_batch_size))
+        right = np.nanmin(rate) + 0.7 * (np.nanmax(rate) - np.nanmin(rate))
+        for (x_i, y_i), bs in labels.items():
+            left = x_i > right  # labels of the rightmost points go to their left, inside the axes
+            ax.annotate(
+                f"B={', '.join(bs)}", (x_i, y_i), textcoords="offset points", xytext=(-4 if left else 4, 5),
+                ha="right" if left else "left", fontsize=7,
+            )  # fmt: skip
+        ax.set_xlabel(rate_label)
+        ax.margins(x=0.15, y=0.2)  # room for the B= labels
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
