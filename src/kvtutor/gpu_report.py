@@ -1,9 +1,9 @@
 """Reading a recorded GPU run: the profiler's kernel table, GPU time by kind of work, the anchor
 configurations against the bandwidth floor, and the GPU goals still to be measured.
 
-Nothing here measures anything or needs a GPU: every function reads the text and JSON that
-``tools/gpu_anchors.py`` and ``python -m kvtutor bench --device cuda`` wrote (see
-``kvtutor.recorded.h200_run()``), so the "Decode on a GPU" chapter runs on any machine.
+Nothing here measures anything or needs a GPU: every function reads the text and JSON that the
+anchor script (``gpu_anchors.py.txt`` beside the run) and ``python -m kvtutor bench --device cuda``
+wrote (see ``kvtutor.recorded.h200_run()``), so the "Decode on a GPU" chapter runs on any machine.
 matplotlib is imported inside the plotting functions, so ``import kvtutor`` never needs it.
 """
 
