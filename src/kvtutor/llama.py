@@ -307,30 +307,48 @@ def rms_norm(x_TD: np.ndarray, g_D: np.ndarray, eps: float = 1e-6) -> np.ndarray
     return x_TD / np.sqrt(ms_T1 + eps) * g_D
 
 
-def rope_angles(positions_T: Any, d_head: int, theta: float = 10000.0) -> np.ndarray:
-    """[T], K -> [T,J]: the angle position * theta^(-2j/K) by which pair j is turned (J = K/2)."""
-    inv_freq_J = theta ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)
-    return np.asarray(positions_T, dtype=np.float64)[:, None] * inv_freq_J[None, :]
+def rope_angles(
+    positions_T: Any,
+    d_head: int,
+    theta: float = 10000.0,
+) -> np.ndarray:
+    """[T], K -> [T,J]: the angle position * theta^(-2j/K) by which pair j is
+    turned (J = K/2)."""
+    j2_J = np.arange(0, d_head, 2, dtype=np.float64)  # 2j for each pair j
+    inv_freq_J = theta ** (-j2_J / d_head)
+    positions_T = np.asarray(positions_T, dtype=np.float64)
+    return positions_T[:, None] * inv_freq_J[None, :]
 
 
 def rope_tables(
-    positions_T: Any, d_head: int, theta: float = 10000.0, dtype: Any = np.float32
+    positions_T: Any,
+    d_head: int,
+    theta: float = 10000.0,
+    dtype: Any = np.float32,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """[T], K -> cos [T,K], sin [T,K]: each pair's angle written twice, at j and at j + K/2."""
+    """[T], K -> cos [T,K], sin [T,K]: each pair's angle written twice, at j
+    and at j + K/2."""
     angles_TJ = rope_angles(positions_T, d_head, theta)
     angles_TK = np.concatenate([angles_TJ, angles_TJ], axis=-1)
     return np.cos(angles_TK).astype(dtype), np.sin(angles_TK).astype(dtype)
 
 
 def rotate_half(x_HTK: np.ndarray) -> np.ndarray:
-    """[H,T,K] -> [H,T,K]: (x1, x2) -> (-x2, x1) for the two halves: each pair turned by 90 degrees."""
+    """[H,T,K] -> [H,T,K]: (x1, x2) -> (-x2, x1) for the two halves: each pair
+    turned by 90 degrees."""
     half = x_HTK.shape[-1] // 2
     return np.concatenate([-x_HTK[..., half:], x_HTK[..., :half]], axis=-1)
 
 
-def apply_rope(x_HTK: np.ndarray, positions_T: Any, theta: float = 10000.0) -> np.ndarray:
-    """[H,T,K], [T] -> [H,T,K]: turn each pair (j, j + K/2) of token t by its angle at positions_T[t]."""
-    cos_TK, sin_TK = rope_tables(positions_T, x_HTK.shape[-1], theta, x_HTK.dtype)
+def apply_rope(
+    x_HTK: np.ndarray,
+    positions_T: Any,
+    theta: float = 10000.0,
+) -> np.ndarray:
+    """[H,T,K], [T] -> [H,T,K]: turn each pair (j, j + K/2) of token t by its
+    angle at positions_T[t]."""
+    d_head = x_HTK.shape[-1]
+    cos_TK, sin_TK = rope_tables(positions_T, d_head, theta, x_HTK.dtype)
     return x_HTK * cos_TK + rotate_half(x_HTK) * sin_TK
 
 
@@ -354,11 +372,13 @@ def attention(
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """[T,D], [T] -> [T,D]: causal self-attention of T new tokens, queries and keys rotated by RoPE.
+    """[T,D], [T] -> [T,D]: causal self-attention of T new tokens, queries and
+    keys rotated by RoPE.
 
-    The keys are rotated for positions_T *before* they are stored: the cache holds rotated keys,
-    which never need turning again. With a cache they go to slots len(cache) .. len(cache)+T-1,
-    so positions_T must be those same numbers (anything else is the off-by-one the book shows).
+    The keys are rotated for positions_T *before* they are stored: the cache
+    holds rotated keys, which never need turning again. With a cache they go
+    to slots len(cache) .. len(cache)+T-1, so positions_T must be those same
+    numbers (anything else is the off-by-one the book shows).
     """
     q_HTK = split_heads(x_TD @ layer.w_q, config.n_heads)
     k_new_HTK = split_heads(x_TD @ layer.w_k, config.n_kv_heads)
@@ -381,8 +401,9 @@ def attention(
     out_TD = merge_heads(o_HTK) @ layer.w_o
     if trace is not None:
         trace.update(
-            k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy(),
-            scores_HTS=scores_HTS, a_HTS=a_HTS, o_HTK=o_HTK, attn_out_TD=out_TD,
+            k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK, k_HSK=k_HSK.copy(),
+            v_HSK=v_HSK.copy(), scores_HTS=scores_HTS, a_HTS=a_HTS,
+            o_HTK=o_HTK, attn_out_TD=out_TD,
         )  # fmt: skip
     return out_TD
 
