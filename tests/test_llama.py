@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cache_properties import assert_chunked_prefill_equals_one_prefill, assert_greedy_equals_full_recompute
 from conftest import assert_same_state, cache_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -212,22 +213,14 @@ def test_preallocated_concat_and_paged_caches_are_bit_identical(case, block_size
 @settings(max_examples=25, deadline=None)
 @given(llama_and_tokens())
 def test_greedy_tokens_equal_those_of_full_recompute(case):
-    model, ids, n_prompt = case
-    n_new = model.config.max_seq_len - n_prompt
-    new = model.generate(ids[:n_prompt], n_new)
-    seq = list(ids[:n_prompt])
-    for _ in range(n_new):  # greedy decoding without any cache
-        seq.append(int(np.argmax(model.logits_without_cache(seq)[-1])))
-    assert new == seq[n_prompt:]
+    assert_greedy_equals_full_recompute(*case)
 
 
 @settings(max_examples=20, deadline=None)
 @given(llama_and_tokens(), st.integers(1, 4))
 def test_chunked_prefill_equals_one_prefill(case, chunk):
     model, ids, _ = case
-    cache = model.new_cache()
-    rows = [model.forward(ids[i : i + chunk], cache) for i in range(0, len(ids), chunk)]
-    np.testing.assert_allclose(np.concatenate(rows), model.logits_without_cache(ids), rtol=1e-4, atol=1e-5)
+    assert_chunked_prefill_equals_one_prefill(model, ids, chunk)
 
 
 # ---------------------------------------------------------------- the position is the cache length
