@@ -169,8 +169,8 @@ def test_padded_lm_head_gives_the_same_logits(monkeypatch):
     plain = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
     monkeypatch.setitem(tmod._VOCAB_MULTIPLE, "cpu", 64)
     padded = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
-    assert padded._head_VD.shape == (64, 15) and padded.wte_VD.shape == (61, 15)
-    assert torch.count_nonzero(padded._head_VD[61:]) == 0
+    assert padded.head_VD.shape == (64, 15) and padded.wte_VD.shape == (61, 15)
+    assert torch.count_nonzero(padded.head_VD[61:]) == 0
     assert padded.n_params == plain.n_params  # the padding is not a parameter
     for fn in (lambda m: m.logits_without_cache([IDS]), lambda m: m.generate([IDS[:3]], 6)):
         a, b = fn(plain), fn(padded)

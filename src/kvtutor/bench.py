@@ -369,7 +369,7 @@ def _weight_products(model: TorchModel, n_rows: int) -> Callable[[], Any]:
             linear(x_1TD, ly.w_o, ly.b_o)
             linear(x_1TD, ly.w_fc, ly.b_fc)
             linear(h_1TF, ly.w_proj, ly.b_proj)
-        return lm_head(x_1TD, getattr(model, "_head_VD", model.wte_VD))  # the head the model multiplies
+        return lm_head(x_1TD, model.head_VD)  # the head the model multiplies (padded on CUDA)
 
     return products
 
@@ -999,9 +999,9 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
     if pm:
         c = pm["config"]
         if on_gpu:
+            text, target = GPU_GOALS["gpu_prefill_matmul"]
             goals.append(_goal(
-                "gpu_prefill_matmul", *GPU_GOALS["gpu_prefill_matmul"][:1],
-                pm["prefill"]["flops_per_s"] / ceil["peak_flops"], GPU_GOALS["gpu_prefill_matmul"][1],
+                "gpu_prefill_matmul", text, pm["prefill"]["flops_per_s"] / ceil["peak_flops"], target,
                 pm["n_tokens"] >= 2048 and c["n_params"] >= 1e9 and pm["dtype"] == "bfloat16",
                 f"T = {pm['n_tokens']}; against the square matmul; same-shape ratio {pm['ratio']:.3f}",
             ))  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 #: Columns that ``str()`` of a config or model stays within: the book's code column holds about 80.
 TEXT_WIDTH = 78
@@ -29,6 +30,12 @@ def wrap_call(name: str, args: list[str], width: int = TEXT_WIDTH) -> str:
             line = pad + more
     lines.append(line.rstrip())
     return "\n".join(lines)
+
+
+def fields_call(obj: Any, width: int = TEXT_WIDTH) -> str:
+    """A dataclass as ``Name(field=value, ...)``, the text of its repr, wrapped to ``width``."""
+    args = [f"{f.name}={getattr(obj, f.name)!r}" for f in fields(obj)]
+    return wrap_call(type(obj).__name__, args, width)
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,7 @@ class ModelConfig:
         return self._wrapped(TEXT_WIDTH)
 
     def _wrapped(self, width: int) -> str:
-        args = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)]
-        return wrap_call(type(self).__name__, args, width)
+        return fields_call(self, width)
 
     @property
     def d_head(self) -> int:

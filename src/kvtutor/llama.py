@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .cache import KVCache
-from .config import TEXT_WIDTH, wrap_call
+from .config import fields_call
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
 from .numpy_model import (
@@ -123,8 +123,7 @@ class LlamaConfig:
 
     def __str__(self) -> str:
         """The same fields as ``repr()``, wrapped to fit ``TEXT_WIDTH`` columns."""
-        args = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)]
-        return wrap_call(type(self).__name__, args, TEXT_WIDTH)
+        return fields_call(self)
 
     @property
     def group_size(self) -> int:

@@ -437,7 +437,8 @@ class TorchModel:
     """GPT-2 in PyTorch, batched, for timing: CUDA (bf16) when present, else the CPU (float32).
 
     Build it with ``random``, ``from_numpy`` or ``from_gpt2_state_dict``; ``.config``, ``.device``,
-    ``.dtype``, ``.layers`` (``TorchLayerWeights``), ``.wte_VD``, ``.wpe_MD``. Every forward pass
+    ``.dtype``, ``.layers`` (``TorchLayerWeights``), ``.wte_VD``, ``.wpe_MD``, ``.head_VD`` (the LM
+    head as multiplied: ``wte_VD`` with zero rows added on CUDA up to a multiple of 64). Every forward pass
     runs under ``torch.inference_mode()``. Token ids may be lists, NumPy arrays or tensors.
 
     On the CPU all weights live in one buffer on 2 MiB pages where the OS allows (fewer TLB misses
@@ -476,12 +477,12 @@ class TorchModel:
 
         wte_VD = weights.wte_VD
         if n_pad:  # LM head rows padded with zeros so GEMM tiles fit (50257 -> 50304); logits sliced back
-            self._head_VD = vec(np.zeros((n_vocab + n_pad, width), np.float32))
-            self.wte_VD = self._head_VD[:n_vocab].copy_(torch.as_tensor(wte_VD))
+            self.head_VD = vec(np.zeros((n_vocab + n_pad, width), np.float32))
+            self.wte_VD = self.head_VD[:n_vocab].copy_(torch.as_tensor(wte_VD))
         else:
             # the LM head reads wte as a [D, V] matrix: stored that way when _row_major says so
             self.wte_VD = mat(wte_VD.T).mT if self._row_major(width, n_vocab) else vec(wte_VD)
-            self._head_VD = self.wte_VD
+            self.head_VD = self.wte_VD
         self.wpe_MD = vec(weights.wpe_MD)
         self.lnf_g, self.lnf_b = vec(weights.lnf_g), vec(weights.lnf_b)
         self.layers: list[TorchLayerWeights] = []
@@ -504,6 +505,8 @@ class TorchModel:
             )
 
         self._fast = [_DecodeWeights.of(ly) for ly in self.layers]
+        # generate's graphed decode: ((batch, capacity), cache, step), kept for the next call
+        self._kept_decode: tuple[tuple[int, int], StaticKVCache, Callable[..., Any]] | None = None
 
     def _row_major(self, n_in: int, n_out: int) -> bool:
         """Store an [in, out] matrix as it is ([in, out] contiguous, rows of
@@ -664,8 +667,8 @@ class TorchModel:
 
     # ------------------------------------------------------------ forward passes
     def _lm_head(self, x_BTD: torch.Tensor) -> torch.Tensor:
-        """[B,T,D] -> [B,T,V]: ``lm_head`` over the (possibly padded) head, sliced to the vocabulary."""
-        logits_BTV = lm_head(x_BTD, self._head_VD)
+        """[B,T,D] -> [B,T,V]: ``lm_head`` over ``head_VD`` (padded on CUDA), sliced to the vocabulary."""
+        logits_BTV = lm_head(x_BTD, self.head_VD)
         n_vocab = self.config.vocab_size
         return logits_BTV if logits_BTV.shape[-1] == n_vocab else logits_BTV[..., :n_vocab]
 
@@ -727,7 +730,7 @@ class TorchModel:
         if vector:
             logits = torch.mv(self.wte_VD, x)
         else:
-            logits = F.linear(x, self._head_VD)[:, : cfg.vocab_size]
+            logits = F.linear(x, self.head_VD)[:, : cfg.vocab_size]
         cache._advance_all(1)
         return logits.view(n_batch, -1)
 
@@ -864,7 +867,7 @@ class TorchModel:
         """An empty static cache of at least ``n_positions`` slots and its ``compile_decode`` step,
         reused while the batch size and capacity bucket stay the same (one kept at a time)."""
         capacity = bucket_for(n_positions, self.config.max_seq_len)
-        kept = getattr(self, "_kept_decode", None)
+        kept = self._kept_decode
         if kept is None or kept[0] != (n_batch, capacity):
             self._kept_decode = None  # free the old cache and graphs first
             cache = self.new_cache(n_batch, capacity, "static")
