@@ -65,10 +65,10 @@ def test_kv_bytes_equal_numpy_cache_nbytes(n_kv_heads):
         vocab_size=40, d_model=16, n_heads=4, n_layers=3, max_seq_len=12, n_kv_heads=n_kv_heads
     )
     model = kvtutor.NumpyModel.random(cfg, seed=0)
-    pre = model.new_cache("preallocated")
+    pre = model.new_cache(kind="preallocated")
     assert pre.nbytes == costs.kv_cache_bytes(cfg, cfg.max_seq_len, 1, pre.k_LHMK.dtype)
     assert pre.nbytes == costs.kv_cache_bytes(cfg, cfg.max_seq_len, 1, np.float32)
-    concat = model.new_cache("concat")
+    concat = model.new_cache(kind="concat")
     model.prefill([1, 2, 3, 4, 5], concat)
     model.decode_step(6, concat)
     assert concat.nbytes == costs.kv_cache_bytes(cfg, 6)

@@ -84,7 +84,7 @@ def test_sdpa_rejects_is_causal_together_with_a_mask():
 @pytest.mark.parametrize("kind", ["preallocated", "concat"])
 def test_offset_mask_forward_matches_the_model_for_prefill_decode_and_chunks(toy_model, gqa_model, kind):
     for model in (toy_model, gqa_model):
-        ref, mine = model.new_cache(kind), model.new_cache(kind)
+        ref, mine = model.new_cache(kind=kind), model.new_cache(kind=kind)
         for ids in ([1, 2, 3], [4], [5, 6, 7], [7]):
             np.testing.assert_allclose(
                 demos.forward_offset_mask(model, ids, mine), model.forward(ids, ref), **TOL
@@ -177,7 +177,7 @@ def test_reading_the_whole_buffer_is_wrong_unless_the_buffer_is_full(toy_model):
 
 def test_whole_buffer_errors_leave_the_cache_unchanged(toy_model):
     with pytest.raises(TypeError, match=r"^cache: expected a PreallocatedKVCache"):
-        demos.decode_step_whole_buffer(toy_model, 4, toy_model.new_cache("concat"))
+        demos.decode_step_whole_buffer(toy_model, 4, toy_model.new_cache(kind="concat"))
     empty = toy_model.new_cache()
     with pytest.raises(ValueError, match=r"^cache: expected a prefilled cache"):
         demos.decode_step_whole_buffer(toy_model, 4, empty)

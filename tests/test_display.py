@@ -52,7 +52,7 @@ def test_shown_source_is_the_real_source_less_pragmas():
 def test_setup_notebook_prints_arrays_within_the_text_width():
     display.setup_notebook()
     lines = str(np.arange(100.0) * 1.5).splitlines()
-    assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.config.TEXT_WIDTH
+    assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.text.TEXT_WIDTH
 
 
 @pytest.fixture(autouse=True)

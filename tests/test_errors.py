@@ -11,7 +11,7 @@ import kvtutor
 
 @pytest.fixture(params=["preallocated", "concat"])
 def filled(request, toy_model):
-    cache = toy_model.new_cache(request.param)
+    cache = toy_model.new_cache(kind=request.param)
     toy_model.prefill([1, 2, 3], cache)
     toy_model.decode_step(4, cache)
     return toy_model, cache
@@ -129,7 +129,11 @@ def test_generate_rejects_a_non_empty_cache_unchanged(filled):
 
 def test_bad_new_cache_arguments(toy_model):
     with pytest.raises(ValueError, match="kind.*'paged'"):
-        toy_model.new_cache("paged")
+        toy_model.new_cache(kind="paged")
+    with pytest.raises(TypeError, match=r"batch_size.*str 'concat'.*new_cache\(kind='concat'\)"):
+        toy_model.new_cache("concat")  # the old positional kind: the message says what to write
+    with pytest.raises(ValueError, match="batch_size.*expected 1.*TorchModel.*got 2"):
+        toy_model.new_cache(2)
     with pytest.raises(ValueError, match="capacity.*<= 16.*got 17"):
         toy_model.new_cache(capacity=17)
     with pytest.raises(TypeError, match="capacity.*int.*str"):

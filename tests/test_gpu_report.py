@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 from kvtutor import gpu_report as g  # noqa: E402
 from kvtutor import recorded  # noqa: E402
-from kvtutor.config import TEXT_WIDTH  # noqa: E402
+from kvtutor.text import TEXT_WIDTH  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

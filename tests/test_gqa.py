@@ -46,7 +46,7 @@ def test_cached_equals_uncached_for_any_kv_head_count(
     model = make_model(n_heads, n_kv_heads, d_head, n_layers, seed=seed)
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, 40, prompt_len + n_decode).tolist()
-    cache = model.new_cache(kind)
+    cache = model.new_cache(kind=kind)
     logits = [model.prefill(ids[:prompt_len], cache)]
     logits += [model.decode_step(t, cache)[None] for t in ids[prompt_len:]]
     cached_TV = np.concatenate(logits)
@@ -81,7 +81,7 @@ def test_cache_bytes_shrink_by_the_group_size(n_kv_heads):
     assert mha.new_cache().nbytes == ratio * gqa.new_cache().nbytes  # preallocated, [L, Hkv, M, K]
     sizes = []
     for model in (mha, gqa):
-        cache = model.new_cache("concat")
+        cache = model.new_cache(kind="concat")
         model.prefill(list(range(9)), cache)
         sizes.append(cache.nbytes)
     assert sizes[0] == ratio * sizes[1]

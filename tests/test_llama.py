@@ -201,7 +201,7 @@ def test_preallocated_concat_and_paged_caches_are_bit_identical(case, block_size
     pool = PagedKVPool.for_model(
         model, n_blocks=-(-model.config.max_seq_len // block_size), block_size=block_size
     )
-    caches = [model.new_cache("preallocated"), model.new_cache("concat"), pool.new_sequence()]
+    caches = [model.new_cache(kind="preallocated"), model.new_cache(kind="concat"), pool.new_sequence()]
     logits = [run_cached(model, ids, n_prompt, c) for c in caches]
     for other, c in zip(logits[1:], caches[1:], strict=True):
         np.testing.assert_array_equal(other, logits[0])
@@ -313,7 +313,7 @@ def filled(request):
     if request.param == "paged":
         cache = PagedKVPool.for_model(model, n_blocks=4, block_size=4).new_sequence()
     else:
-        cache = model.new_cache(request.param)
+        cache = model.new_cache(kind=request.param)
     model.prefill([1, 2, 3], cache)
     model.decode_step(4, cache)
     return model, cache
@@ -364,7 +364,7 @@ def test_a_cache_of_another_shape_is_refused_unchanged():
         model.decode_step(4, full)
     assert_same_state(before, cache_state(full))
     with pytest.raises(ValueError, match="kind: expected one of"):
-        model.new_cache("ring")
+        model.new_cache(kind="ring")
 
 
 @pytest.mark.parametrize(

@@ -92,9 +92,9 @@ def test_formula_equals_bytes_measured_on_numpy_caches():
         )
         spec = ModelSpec.from_model_config(cfg)
         model = kvtutor.NumpyModel.random(cfg)
-        pre = model.new_cache("preallocated")  # reserves max_seq_len rows
+        pre = model.new_cache(kind="preallocated")  # reserves max_seq_len rows
         assert pre.nbytes == kv_bytes_per_sequence(spec, 24, "fp32")
-        concat = model.new_cache("concat")  # holds only what was written
+        concat = model.new_cache(kind="concat")  # holds only what was written
         model.prefill(list(range(10)), concat)
         assert (
             concat.nbytes == kv_bytes_per_sequence(spec, 10, "fp32") == 10 * kv_bytes_per_token(spec, "fp32")
@@ -268,7 +268,7 @@ def test_report_fits_the_text_width(name):
     spec = load_model_spec(name)
     for seq_len in (spec.max_seq_len, 10 * spec.max_seq_len):  # the longest lines the report has
         report = memory.format_report(memory.kv_memory(spec, seq_len, 1024, "fp8", 80, "bf16"))
-        assert max(map(len, report.splitlines())) <= kvtutor.config.TEXT_WIDTH, report
+        assert max(map(len, report.splitlines())) <= kvtutor.text.TEXT_WIDTH, report
 
 
 # ---------------------------------------------------------------- issue 12: MLA, MQA, MoE

@@ -33,7 +33,7 @@ def model_and_tokens(draw):
 
 def run_cached(model, ids, n_prompt, kind="preallocated"):
     """Prefill ids[:n_prompt], then decode the rest one at a time: logits for every position."""
-    cache = model.new_cache(kind)
+    cache = model.new_cache(kind=kind)
     rows = list(model.prefill(ids[:n_prompt], cache))
     rows += [model.decode_step(t, cache) for t in ids[n_prompt:]]
     return np.stack(rows), cache
@@ -114,7 +114,7 @@ def test_cache_shapes_follow_prefill_and_decode(toy_model):
 
 
 def test_cache_nbytes_preallocated_is_capacity_concat_is_length(toy_model):
-    pre, cat = toy_model.new_cache(), toy_model.new_cache("concat")
+    pre, cat = toy_model.new_cache(), toy_model.new_cache(kind="concat")
     toy_model.prefill([1, 2, 3], pre)
     toy_model.prefill([1, 2, 3], cat)
     per_token = 2 * 2 * 2 * 4 * 4  # K and V, layers, heads, head dim, float32 bytes
@@ -124,7 +124,7 @@ def test_cache_nbytes_preallocated_is_capacity_concat_is_length(toy_model):
 
 @pytest.mark.parametrize("kind", ["preallocated", "concat"])
 def test_truncate_rolls_back(toy_model, kind):
-    cache = toy_model.new_cache(kind)
+    cache = toy_model.new_cache(kind=kind)
     toy_model.prefill([1, 2, 3], cache)
     expected = toy_model.decode_step(4, cache)
     toy_model.decode_step(9, cache)
@@ -154,7 +154,7 @@ def test_generate_stops_at_stop_token(toy_model):
 
 def test_generate_zero_tokens_and_given_cache(toy_model):
     assert toy_model.generate([1], 0) == []
-    cache = toy_model.new_cache("concat")
+    cache = toy_model.new_cache(kind="concat")
     assert len(toy_model.generate([1, 2, 3], 4, cache=cache)) == 4
     assert len(cache) == 6  # the last token is sampled, not fed back
 
@@ -173,7 +173,7 @@ def test_tokenizer_round_trip():
 
 
 def test_wrap_call_keeps_every_argument_within_the_width():
-    from kvtutor.config import wrap_call
+    from kvtutor.text import wrap_call
 
     args = [f"arg_{i}={i * 1000}" for i in range(12)]
     text = wrap_call("Thing", args, width=40)
@@ -198,8 +198,8 @@ def test_config_str_wraps_its_repr(vocab, heads, layers, seq, width):
     cfg = kvtutor.ModelConfig(
         vocab_size=vocab, d_model=heads * 8, n_heads=heads, n_layers=layers, max_seq_len=seq
     )
-    assert max(map(len, str(cfg).splitlines())) <= kvtutor.config.TEXT_WIDTH
-    wrapped = cfg._wrapped(width)
+    assert max(map(len, str(cfg).splitlines())) <= kvtutor.text.TEXT_WIDTH
+    wrapped = cfg.wrapped(width)
     assert max(map(len, wrapped.splitlines())) <= width
     assert " ".join(line.strip() for line in wrapped.splitlines()) == repr(cfg)
     assert eval(repr(cfg), {"ModelConfig": kvtutor.ModelConfig}) == cfg  # repr itself stays one line

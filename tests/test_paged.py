@@ -106,7 +106,7 @@ def test_paged_attention_equals_contiguous_bit_for_bit(
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, 30, prompt_len).tolist()
     pool = PagedKVPool.for_model(model, n_blocks=24 // block_size + 2, block_size=block_size)
-    seq, ref = pool.new_sequence(), model.new_cache("preallocated")
+    seq, ref = pool.new_sequence(), model.new_cache(kind="preallocated")
     np.testing.assert_array_equal(model.prefill(prompt, seq), model.prefill(prompt, ref))
     for token in rng.integers(0, 30, n_decode).tolist():
         np.testing.assert_array_equal(model.decode_step(token, seq), model.decode_step(token, ref))

@@ -102,7 +102,7 @@ def test_greedy_speculative_equals_target_greedy_random_models(
     else:
         draft = PromptLookupDraft(max_ngram=2)
     prompt = np.random.default_rng(seed).integers(0, 16, prompt_len).tolist()
-    cache = target.new_cache(kind)
+    cache = target.new_cache(kind=kind)
     result = speculative_run(target, draft, prompt, n_new, k=k, cache=cache)
     assert result.tokens == target.generate(prompt, n_new)
     assert len(result.tokens) == n_new
@@ -133,7 +133,7 @@ def test_target_cache_after_speculation_equals_plain_decoding(toy_model, kind, d
     rejected = 0
     for prompt in toy_prompts()[:12]:
         n_new = toy_model.config.max_seq_len - len(prompt)
-        spec_cache, plain_cache = toy_model.new_cache(kind), toy_model.new_cache(kind)
+        spec_cache, plain_cache = toy_model.new_cache(kind=kind), toy_model.new_cache(kind=kind)
         result = speculative_run(toy_model, draft, prompt, n_new, k=4, cache=spec_cache)
         plain = toy_model.generate(prompt, n_new, cache=plain_cache)
         assert result.tokens == plain

@@ -761,5 +761,5 @@ def test_cuda_graph_bf16_close_to_decode_step():
 def test_repr_fits_the_text_width_and_names_config_device_and_dtype():
     cfg = kvtutor.ModelConfig(vocab_size=50257, d_model=24, n_heads=12, n_layers=1, max_seq_len=1024)
     lines = repr(kvtutor.TorchModel.random(cfg, device="cpu")).splitlines()
-    assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.config.TEXT_WIDTH
+    assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.text.TEXT_WIDTH
     assert " ".join(line.strip() for line in lines) == f"TorchModel({cfg!r}, device=cpu, dtype=torch.float32)"

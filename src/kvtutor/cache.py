@@ -18,9 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .validate import check_float_dtype
+from .validate import check_float_dtype, check_int
 
-__all__ = ["KVCache", "PreallocatedKVCache", "ConcatKVCache"]
+__all__ = ["KVCache", "CacheBase", "PreallocatedKVCache", "ConcatKVCache", "CACHE_KINDS", "make_cache", "check_cache"]
 
 
 @runtime_checkable
@@ -56,7 +56,7 @@ def check_cache_args(n_layers: int, n_kv_heads: int, capacity: int, d_head: int,
     return check_float_dtype(dtype)
 
 
-class _CacheBase:
+class CacheBase:
     """Argument checks shared by both layouts."""
 
     n_layers: int
@@ -118,7 +118,7 @@ class _CacheBase:
             raise ValueError(f"{name}: expected {low} <= {name} <= {high}, got {value}")
 
 
-class PreallocatedKVCache(_CacheBase):
+class PreallocatedKVCache(CacheBase):
     """Per layer, keys and values in buffers of shape [H, M, K], filled up to ``len(self)``."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
@@ -170,7 +170,7 @@ class PreallocatedKVCache(_CacheBase):
         return self.k_LHMK.nbytes + self.v_LHMK.nbytes
 
 
-class ConcatKVCache(_CacheBase):
+class ConcatKVCache(CacheBase):
     """Per layer, keys and values as arrays [H, len, K] that grow by concatenation."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
@@ -217,3 +217,56 @@ class ConcatKVCache(_CacheBase):
     def nbytes(self) -> int:
         """Bytes held: only what has been written so far."""
         return sum(k[:, : self._length].nbytes for k in self._k) * 2
+
+
+#: The kinds of cache ``new_cache(kind=...)`` makes, the same names for the NumPy and torch models.
+CACHE_KINDS = ("preallocated", "concat")
+
+
+def make_cache(
+    kinds: dict[str, type],
+    kind: str,
+    batch_size: Any,
+    capacity: Any,
+    n_layers: int,
+    n_kv_heads: int,
+    d_head: int,
+    max_seq_len: int,
+    dtype: Any,
+) -> Any:
+    """``kinds[kind]`` for one sequence of up to ``capacity`` positions (``None``: ``max_seq_len``),
+    after checking every argument: the body of ``new_cache`` for the NumPy models (and of the
+    book's counting caches, which pass their own ``kinds``). A NumPy model runs one sequence at a
+    time, so ``batch_size`` must be 1: a batch is one cache per sequence, or a ``TorchModel``."""
+    if isinstance(batch_size, str):
+        raise TypeError(
+            f"batch_size: expected an int, got str {batch_size!r} (the kind is a keyword argument: "
+            f"new_cache(kind={batch_size!r}))"
+        )
+    check_int("batch_size", batch_size, 1)
+    if batch_size != 1:
+        raise ValueError(
+            f"batch_size: expected 1 (a NumPy model runs one sequence; make one cache per sequence "
+            f"or use a TorchModel for a batch), got {batch_size}"
+        )
+    capacity = max_seq_len if capacity is None else check_int("capacity", capacity, 1, max_seq_len)
+    if kind not in kinds:
+        raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
+    return kinds[kind](n_layers, n_kv_heads, capacity, d_head, dtype)
+
+
+def check_cache(cache: Any, n_layers: int, n_kv_heads: int, d_head: int, max_seq_len: int) -> None:
+    """A TypeError unless ``cache`` is a NumPy KV cache; a ValueError unless it has this model's
+    layers, KV heads and head width and fits in ``max_seq_len`` positions."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache: expected a KV cache from new_cache(), got {type(cache).__name__}")
+    got = (cache.n_layers, cache.n_kv_heads, cache.d_head)
+    want = (n_layers, n_kv_heads, d_head)
+    if got != want:
+        raise ValueError(f"cache: expected (layers, kv heads, head dim) = {want} for this model, got {got}")
+    if cache.capacity > max_seq_len:  # positions past max_seq_len have no embedding
+        raise ValueError(
+            f"cache: expected a capacity <= this model's max_seq_len {max_seq_len}, "
+            f"got {cache.capacity} (make caches with model.new_cache() or "
+            "PagedKVPool.for_model(model, ...))"
+        )

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
+from .cache import ConcatKVCache, KVCache, PreallocatedKVCache, make_cache
 from .config import ModelConfig
 from .gpt2_weights import LayerWeights
 from .numpy_model import (
@@ -149,7 +149,7 @@ def attention_sdpa(
 
 
 def _check_cache(model: NumpyModel, cache: Any, kind: type | None = None) -> None:
-    model._check_cache(cache)
+    model.check_cache(cache)
     if kind is not None and not isinstance(cache, kind):
         raise TypeError(f"cache: expected a {kind.__name__}, got {type(cache).__name__}")
 
@@ -465,9 +465,14 @@ class CountingPreallocatedKVCache(PreallocatedKVCache):
 
 
 def counting_cache(model: NumpyModel, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
-    """An empty cache like ``model.new_cache(kind, capacity)`` that also counts ``bytes_written``."""
+    """An empty cache like ``model.new_cache(capacity=capacity, kind=kind)`` that also counts
+    ``bytes_written``."""
     kinds = {"preallocated": CountingPreallocatedKVCache, "concat": CountingConcatKVCache}
-    return model._make_cache(kinds, kind, capacity)
+    cfg = model.config
+    return make_cache(
+        kinds, kind, 1, capacity, cfg.n_layers, cfg.n_kv_heads, cfg.d_head, cfg.max_seq_len,
+        model.weights.wte_VD.dtype,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- figures of chapters 5 to 7

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import bench as _bench
-from .config import TEXT_WIDTH
+from .text import TEXT_WIDTH
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

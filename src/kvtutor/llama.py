@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .cache import KVCache
-from .config import fields_call
+from .text import fields_call
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
 from .numpy_model import (
@@ -530,10 +530,9 @@ class LlamaModel:
 
     # ------------------------------------------------------------ the cache side: GPT-2's own code
     # Nothing about the cache depends on how positions enter the model, so these are NumpyModel's
-    # methods, shared as they are: new_cache, prefill, logits_without_cache, generate.
+    # methods, shared as they are: new_cache, check_cache, prefill, logits_without_cache, generate.
     new_cache = NumpyModel.new_cache
-    _make_cache = NumpyModel._make_cache
-    _check_cache = NumpyModel._check_cache
+    check_cache = NumpyModel.check_cache
     prefill = NumpyModel.prefill
     logits_without_cache = NumpyModel.logits_without_cache
     generate = NumpyModel.generate
@@ -555,7 +554,7 @@ class LlamaModel:
         cfg = self.config
         slot = 0
         if cache is not None:
-            self._check_cache(cache)
+            self.check_cache(cache)
             slot = len(cache)
         ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
         room = cache.capacity if cache is not None else cfg.max_seq_len

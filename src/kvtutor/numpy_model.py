@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
+from .cache import ConcatKVCache, KVCache, PreallocatedKVCache, check_cache, make_cache
 from .config import ModelConfig
 from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
 from .validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
@@ -293,42 +293,24 @@ class NumpyModel:
         """The weights in Hugging Face GPT-2 naming, ``transformer.`` prefix included."""
         return self.weights.to_state_dict()
 
-    def new_cache(self, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
-        """An empty cache: ``"preallocated"`` ([H, M, K] buffers) or ``"concat"`` (grows)."""
-        return self._make_cache(
-            {"preallocated": PreallocatedKVCache, "concat": ConcatKVCache}, kind, capacity
-        )
-
-    def _make_cache(self, kinds: dict[str, type[KVCache]], kind: str, capacity: int | None) -> KVCache:
-        """``kinds[kind]`` sized for this model, after checking ``kind`` and ``capacity``."""
+    def new_cache(
+        self, batch_size: int = 1, capacity: int | None = None, kind: str = "preallocated"
+    ) -> KVCache:
+        """An empty cache for one sequence of up to ``capacity`` positions (default max_seq_len):
+        ``"preallocated"`` ([H, M, K] buffers) or ``"concat"`` (grows). The same signature and kind
+        names as ``TorchModel.new_cache``; a NumPy model runs one sequence, so ``batch_size`` is 1."""
         cfg = self.config
-        capacity = cfg.max_seq_len if capacity is None else capacity
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
-            raise TypeError(f"capacity: expected an int, got {type(capacity).__name__}")
-        if not 1 <= capacity <= cfg.max_seq_len:
-            raise ValueError(f"capacity: expected 1 <= capacity <= {cfg.max_seq_len}, got {capacity}")
-        if kind not in kinds:
-            raise ValueError(f"kind: expected one of {sorted(kinds)}, got {kind!r}")
-        dtype = self.weights.wte_VD.dtype
-        return kinds[kind](cfg.n_layers, cfg.n_kv_heads, int(capacity), cfg.d_head, dtype)
+        kinds = {"preallocated": PreallocatedKVCache, "concat": ConcatKVCache}
+        return make_cache(
+            kinds, kind, batch_size, capacity, cfg.n_layers, cfg.n_kv_heads, cfg.d_head,
+            cfg.max_seq_len, self.weights.wte_VD.dtype,
+        )  # fmt: skip
 
     # ------------------------------------------------------------ forward passes
-    def _check_cache(self, cache: Any) -> None:
+    def check_cache(self, cache: Any) -> None:
+        """A TypeError/ValueError unless ``cache`` is a cache of this model's shape."""
         cfg = self.config
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache: expected a KV cache from new_cache(), got {type(cache).__name__}")
-        got = (cache.n_layers, cache.n_kv_heads, cache.d_head)
-        want = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head)
-        if got != want:
-            raise ValueError(
-                f"cache: expected (layers, kv heads, head dim) = {want} for this model, got {got}"
-            )
-        if cache.capacity > cfg.max_seq_len:  # positions past max_seq_len have no embedding
-            raise ValueError(
-                f"cache: expected a capacity <= this model's max_seq_len {cfg.max_seq_len}, "
-                f"got {cache.capacity} (make caches with model.new_cache() or "
-                "PagedKVPool.for_model(model, ...))"
-            )
+        check_cache(cache, cfg.n_layers, cfg.n_kv_heads, cfg.d_head, cfg.max_seq_len)
 
     def forward(
         self,
@@ -344,7 +326,7 @@ class NumpyModel:
         cfg = self.config
         start = 0
         if cache is not None:
-            self._check_cache(cache)
+            self.check_cache(cache)
             start = len(cache)
         ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
         room = cache.capacity if cache is not None else cfg.max_seq_len
@@ -414,7 +396,7 @@ class NumpyModel:
         if cache is None:
             cache = self.new_cache()
         else:
-            self._check_cache(cache)
+            self.check_cache(cache)
             if len(cache) != 0:
                 raise ValueError(
                     f"cache: expected an empty cache, got one holding {len(cache)}",

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import _CacheBase, check_cache_args
+from .cache import CacheBase, check_cache_args
 
 __all__ = [
     "BlockAllocator",
@@ -224,7 +224,7 @@ class PagedKVPool:
         self.v_LNHPK[:, dst] = self.v_LNHPK[:, src]
 
 
-class PagedKVCache(_CacheBase):
+class PagedKVCache(CacheBase):
     """One sequence's view of a ``PagedKVPool``: a block table and a length.
 
     ``keys(layer)`` gathers the sequence's blocks into [H, len, K]; a GPU kernel reads the blocks
@@ -509,7 +509,7 @@ def simulate_trace(
         if scheme == "contiguous":
             reserved_slots += max_seq_len
             if model is not None:
-                live.cache = model.new_cache("preallocated", capacity=max_seq_len)
+                live.cache = model.new_cache(kind="preallocated", capacity=max_seq_len)
         elif model is not None:
             live.cache = pool.new_sequence(capacity=max_seq_len)
         else:

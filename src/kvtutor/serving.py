@@ -105,7 +105,7 @@ class _Runner:
 
     def check_cache(self, cache: Any, name: str) -> None:
         """An empty cache of this model for one sequence."""
-        self.model._check_cache(cache)
+        self.model.check_cache(cache)
         if self.torch and cache.batch_size != 1:
             raise ValueError(f"{name}: expected a cache of batch size 1, got {cache.batch_size}")
         if self.length(cache) != 0:

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import TEXT_WIDTH, ModelConfig, wrap_call
+from .config import ModelConfig
+from .text import TEXT_WIDTH, wrap_call
 from .gpt2_weights import (
     GPT2Weights,
     LayerWeights,
@@ -611,7 +612,7 @@ class TorchModel:
         return sum(t.numel() * t.element_size() for t in self._weights())
 
     def __repr__(self) -> str:
-        config = self.config._wrapped(TEXT_WIDTH - len("TorchModel("))  # nested: indented that much
+        config = self.config.wrapped(TEXT_WIDTH - len("TorchModel("))  # nested: indented that much
         return wrap_call("TorchModel", [config, f"device={self.device}", f"dtype={self.dtype}"])
 
     # ------------------------------------------------------------ caches

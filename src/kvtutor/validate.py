@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -89,3 +90,94 @@ def check_float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     if dt is None or not np.issubdtype(dt, np.floating):
         raise TypeError(f"{name}: expected a floating NumPy dtype such as np.float32, got {dtype!r}")
     return dt
+
+
+def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int (numpy ints too, never a bool) within ``low <= value <= high`` where those
+    are given, or a TypeError/ValueError that names ``name``, the bounds and what came."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0 and not isinstance(value, np.generic):
+        value = value.item()  # a 0-d torch tensor or numpy array
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        if high is None:
+            want = f"an int >= {low}"
+        elif low is None:
+            want = f"an int <= {high}"
+        else:
+            want = f"{low} <= {name} <= {high}"
+        raise ValueError(f"{name}: expected {want}, got {value}")
+    return value
+
+
+# ---------------------------------------------------------------- one registry of number formats
+
+
+@dataclass(frozen=True)
+class DType:
+    """A number format: its canonical name, its width in bits, the names it also answers to, and
+    the ``torch`` attribute that holds it (None where PyTorch has none, as for int4)."""
+
+    name: str
+    bits: int
+    aliases: tuple[str, ...] = ()
+    torch_name: str | None = None
+
+    @property
+    def nbytes(self) -> float:
+        """Bytes per number (0.5 for int4)."""
+        return self.bits / 8
+
+
+#: Every number format the package knows, by canonical name.
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("float64", 64, ("fp64", "double"), "float64"),
+        DType("float32", 32, ("fp32", "float"), "float32"),
+        DType("float16", 16, ("fp16", "half"), "float16"),
+        DType("bfloat16", 16, ("bf16",), "bfloat16"),
+        DType("float8_e4m3fn", 8, ("fp8", "float8", "e4m3"), "float8_e4m3fn"),
+        DType("float8_e5m2", 8, ("e5m2",), "float8_e5m2"),
+        DType("int8", 8, (), "int8"),
+        DType("int4", 4, (), None),
+    )
+}
+_BY_NAME = {alias: d for d in DTYPES.values() for alias in (d.name, *d.aliases)}
+
+
+def dtype_info(dtype: Any, name: str = "dtype") -> DType:
+    """A dtype name or alias (``"bf16"``, ``"float32"``, any case), a NumPy dtype or a torch dtype
+    -> its ``DType``; anything else is a ValueError naming ``name`` and the known names."""
+    if isinstance(dtype, str):
+        key = dtype.lower()
+    elif type(dtype).__module__ == "torch":  # torch.float32 and friends: "torch.float32"
+        key = str(dtype).removeprefix("torch.")
+    else:
+        try:
+            key = np.dtype(dtype).name
+        except TypeError:
+            key = None
+    if key not in _BY_NAME:
+        raise ValueError(f"{name}: expected one of {sorted(_BY_NAME)} or a dtype, got {dtype!r}")
+    return _BY_NAME[key]
+
+
+def torch_dtype(dtype: Any, name: str = "dtype") -> Any:
+    """A dtype name, alias or torch dtype -> the ``torch.dtype`` (imports torch)."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    info = dtype_info(dtype, name)
+    if info.torch_name is None:
+        raise ValueError(f"{name}: {info.name} has no torch dtype")
+    return getattr(torch, info.torch_name)
+
+
+def default_device() -> str:
+    """``"cuda"`` when a CUDA device is visible, else ``"cpu"`` (imports torch)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

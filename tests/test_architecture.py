@@ -1,0 +1,192 @@
+"""The package's layout rules, checked on its source: no module uses another module's private names,
+no file grows past 600 lines, and every function the book displays is public and names its chapter.
+
+Private means a name that starts with one underscore (dunders are Python's, not ours). A module may
+use its own private names on any object (``other._length`` inside the class that defines
+``_length``) and its class hierarchy's through ``self`` and ``cls``; it may not import another
+module's private names, reach them as ``module._name``, or read ``obj._attr`` that it does not
+define itself. Tests are exempt: they may look inside.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "kvtutor"
+BOOK = ROOT / "book"
+MAX_LINES = 600
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _defined_private_names(tree: ast.AST) -> set[str]:
+    """Every private name this module defines: functions, classes, assignments (module level, class
+    level, ``self._x = ...``), parameters and imports' local aliases."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.keyword) and node.arg:  # NamedTuple/dataclass fields by keyword
+            names.add(node.arg)
+    for node in ast.walk(tree):  # class fields declared by annotation (dataclasses, NamedTuples)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if _private(n)}
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    """Local names bound to modules (``import torch``, ``from . import costs``, ``import x as y``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("kvtutor")):
+            for a in node.names:
+                target = f"{node.module}.{a.name}" if node.module else a.name
+                if (PACKAGE / f"{a.name}.py").exists() or (PACKAGE / a.name).is_dir() or "." not in target:
+                    names.add(a.asname or a.name)
+    return names
+
+
+def private_uses(path: Path) -> list[str]:
+    """Each use in ``path`` of a private name that another module (or another package) defines."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own = _defined_private_names(tree)
+    modules = _imported_modules(tree)
+    rel = path.relative_to(ROOT)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if _private(a.name):
+                    found.append(f"{rel}:{node.lineno}: from {node.module or '.'} import {a.name}")
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
+                continue
+            if isinstance(base, ast.Name) and base.id in modules:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)} (a private name of another module)")
+            elif node.attr not in own:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)} (not defined in this module)")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    found = [use for path in _modules() for use in private_uses(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_private_name_check_catches_each_kind_of_reach(tmp_path):
+    """The rule fails where it should: an import of a private name, ``module._name``, and
+    ``obj._attr`` of an attribute defined elsewhere; own names and ``self._x`` pass."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import torch\nfrom .cache import _Hidden\n"
+        "def f(cache):\n    cache._store()\n    return torch._C\n"
+        "class A:\n    def __init__(self):\n        self._mine = 1\n"
+        "    def g(self, other):\n        return self._mine + other._mine\n",
+        encoding="utf-8",
+    )
+    # private_uses wants a path under ROOT for its messages: check the parts it relies on instead
+    tree = ast.parse(bad.read_text(encoding="utf-8"))
+    assert "_mine" in _defined_private_names(tree) and "_store" not in _defined_private_names(tree)
+    copy = PACKAGE / "_architecture_probe.py"
+    copy.write_text(bad.read_text(encoding="utf-8"), encoding="utf-8")
+    try:
+        found = private_uses(copy)
+    finally:
+        copy.unlink()
+    text = "\n".join(found)
+    assert "import _Hidden" in text and "cache._store" in text and "torch._C" in text, text
+    assert "other._mine" not in text and "self._mine" not in text, text
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_longer_than_600_lines(path):
+    n_lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert n_lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {n_lines} lines (split it: at most {MAX_LINES})"
+
+
+def _displayed() -> list[tuple[str, str, str, str]]:
+    """(notebook, chapter title, dotted name, the chapter's kvtutor imports) for every object a
+    chapter passes to ``show_source``."""
+    found = []
+    for nb_path in sorted(BOOK.glob("*.ipynb")):
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        title, code = "", []
+        for cell in nb["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] == "markdown" and not title:
+                m = re.search(r"^# (.+)$", src, re.M)
+                title = m.group(1).strip() if m else ""
+            elif cell["cell_type"] == "code":
+                code.append(src)
+        imports = "\n".join(
+            ast.unparse(node)
+            for cell in code
+            for node in ast.walk(ast.parse(_python_only(cell)))
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            and "kvtutor" in ast.unparse(node)
+        )
+        for call in re.finditer(r"show_source\(([^)]*)\)", "\n".join(code)):
+            for arg in call.group(1).split(","):
+                if arg.strip():
+                    found.append((nb_path.stem, title, arg.strip(), imports))
+    return found
+
+
+def _python_only(cell: str) -> str:
+    """A code cell without IPython's magics and shell escapes, so that ``ast`` can parse it."""
+    lines = cell.splitlines()
+    return "\n".join(
+        line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+        for line in lines
+    )
+
+
+def _resolve(dotted: str, imports: str) -> object:
+    """A name as a chapter writes it, evaluated after the chapter's own kvtutor imports."""
+    namespace: dict[str, object] = {}
+    exec(imports, namespace)  # noqa: S102 - the book's own import lines
+    return eval(dotted, namespace)  # noqa: S307 - a dotted name from the book
+
+
+DISPLAYED = _displayed()
+
+
+def test_the_book_displays_something():
+    assert len(DISPLAYED) > 30 and {nb for nb, *_ in DISPLAYED} >= {"prefill", "decode", "paged"}
+
+
+@pytest.mark.parametrize(
+    ("notebook", "title", "dotted", "imports"), DISPLAYED, ids=[f"{n}:{d}" for n, _, d, _ in DISPLAYED]
+)
+def test_every_displayed_function_is_public_and_names_its_chapter(notebook, title, dotted, imports):
+    assert not any(_private(p) for p in dotted.split(".")), (
+        f"{notebook}: the book displays the private {dotted}; renaming it would break the chapter"
+    )
+    obj = _resolve(dotted, imports)
+    doc = " ".join((getattr(obj, "__doc__", "") or "").split())
+    assert f'"{title}"' in doc, f"{dotted}'s docstring should say the chapter \"{title}\" shows it"
