@@ -33,13 +33,12 @@ def random_hf_gpt2():
     """transformers' GPT2LMHeadModel from a small config with random weights (3 layers, 4 heads,
     d_model 24, vocab 61, 40 positions), weights scaled up so that any difference would show."""
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(
-        vocab_size=61, n_positions=40, n_embd=24, n_layer=3, n_head=4, n_inner=None,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
-    )  # fmt: skip
+    pytest.importorskip("transformers")
+    from kvtutor.gpt2_weights import build_hf_gpt2
+
+    cfg = kvtutor.ModelConfig(vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=40)
     torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    hf = build_hf_gpt2(cfg)  # transformers' own random initialisation
     with torch.no_grad():  # larger weights than the default init
         for p in hf.parameters():
             p.add_(0.05 * torch.randn_like(p))

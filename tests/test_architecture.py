@@ -126,7 +126,7 @@ def test_the_private_name_check_catches_each_kind_of_reach(tmp_path):
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_is_longer_than_600_lines(path):
     n_lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert n_lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {n_lines} lines (split it: at most {MAX_LINES})"
+    assert n_lines <= MAX_LINES, f"{path.relative_to(ROOT)}: {n_lines} lines (at most {MAX_LINES})"
 
 
 def _displayed() -> list[tuple[str, str, str, str]]:
@@ -147,8 +147,7 @@ def _displayed() -> list[tuple[str, str, str, str]]:
             ast.unparse(node)
             for cell in code
             for node in ast.walk(ast.parse(_python_only(cell)))
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            and "kvtutor" in ast.unparse(node)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and "kvtutor" in ast.unparse(node)
         )
         for call in re.finditer(r"show_source\(([^)]*)\)", "\n".join(code)):
             for arg in call.group(1).split(","):
@@ -189,4 +188,4 @@ def test_every_displayed_function_is_public_and_names_its_chapter(notebook, titl
     )
     obj = _resolve(dotted, imports)
     doc = " ".join((getattr(obj, "__doc__", "") or "").split())
-    assert f'"{title}"' in doc, f"{dotted}'s docstring should say the chapter \"{title}\" shows it"
+    assert f'"{title}"' in doc, f'{dotted}\'s docstring should say the chapter "{title}" shows it'

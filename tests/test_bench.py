@@ -15,6 +15,9 @@ import kvtutor
 torch = pytest.importorskip("torch")
 pytest.importorskip("kvtutor.torch_model")
 from kvtutor import bench, timing  # noqa: E402
+from kvtutor.bench import common  # noqa: E402
+from kvtutor.bench import goals as bench_goals  # noqa: E402
+from kvtutor.plots import perf  # noqa: E402
 
 SECTIONS = [
     "probe",
@@ -54,6 +57,16 @@ def recorded(tmp_path_factory):
     assert rc == 0
     text = (out / "r.json").read_text()
     return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}")), out
+
+
+def test_a_fresh_run_follows_the_schema(recorded, tmp_path):
+    r, out = recorded
+    assert r["schema"] == bench.SCHEMA_VERSION and "partial" not in r
+    assert bench.load_result(out / "r.json") == r  # load_result checks it against the schema
+    broken = {k: v for k, v in r.items() if k != "ceilings"}
+    with pytest.raises(ValueError, match=r"bad\.json: missing key 'ceilings'"):
+        bench.write_result(str(tmp_path / "bad.json"), broken)  # refused before anything is written
+    assert not (tmp_path / "bad.json").exists()
 
 
 def test_json_has_every_section(recorded):
@@ -144,7 +157,7 @@ def test_goals_are_recorded_with_met_or_not(recorded):
 def test_plots_are_written(recorded):
     _, out = recorded
     names = sorted(p.name for p in (out / "plots").iterdir())
-    assert names == sorted(f"{n}.png" for n in kvtutor.perf_plots.BENCH_FIGURES)
+    assert names == sorted(f"{n}.png" for n in perf.BENCH_FIGURES)
     for p in (out / "plots").iterdir():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -188,13 +201,15 @@ def test_errors():
         bench.run("cpu", size="tiny", sections=["everything"])
     with pytest.raises(ValueError, match="^dtype:"):
         bench.ceilings({"matmul": {"float32": {}}, "hardware": {}}, "bfloat16")
+    with pytest.raises(ValueError, match="^dtype: expected one of"):
+        bench.run("cpu", size="tiny", dtype="int8")
     tiny = bench.make_model("tiny")
-    for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match="^repeats:"):
+    for bad, exc in ((0, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="^repeats:"):
             bench.run_decode_bandwidth(tiny, 8, 0.0, bad, gemv_n=64)
-        with pytest.raises(ValueError, match="^repeats:"):
+        with pytest.raises(exc, match="^repeats:"):
             bench.run_prefill_vs_matmul(tiny, 8, 0.0, bad)
-        with pytest.raises(ValueError, match="^repeats:"):
+        with pytest.raises(exc, match="^repeats:"):
             bench.run_generate_vs_transformers("tiny", 4, 2, repeats=bad)
     with pytest.raises(SystemExit) as info:
         bench.main(["--device", "tpu"])
@@ -227,35 +242,35 @@ def test_append_micro_benchmark_and_its_plot(one_thread):
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = kvtutor.perf_plots.plot_append_times(r)
+    fig = perf.plot_append_times(r)
     assert len(fig.axes) == 1
 
 
 def test_rewinding_the_cache_repeats_the_same_decode_step(one_thread):
     """The timing loops rewind the cache after each step (eager or fast path): every repeat is one step."""
     model = bench.make_model("tiny")
-    cache = model.new_cache(3, max_seq_len=8)
-    model.prefill(bench._ids(model, 3, 7), cache)
-    ids_B = bench._ids(model, 3, 1, seed=5)[:, 0]
+    cache = model.new_cache(3, capacity=8)
+    model.prefill(common.random_ids(model, 3, 7), cache)
+    ids_B = common.random_ids(model, 3, 1, seed=5)[:, 0]
     ref_BV = model.decode_step(ids_B, cache).clone()
-    bench._rewind(cache, 7)
+    common.rewind(cache, 7)
     step = model.compile_decode(cache, mode="cuda_graph")  # runs eagerly on a CPU
     for _ in range(3):
         torch.testing.assert_close(step(ids_B, check=False), ref_BV, rtol=1e-5, atol=1e-5)
-        bench._rewind(cache, 7)
+        common.rewind(cache, 7)
         assert cache.host_lengths == [7, 7, 7] and cache.lengths.tolist() == [7, 7, 7]
     with pytest.raises(TypeError, match="^cache:"):
-        bench._rewind(object(), 0)
+        common.rewind(object(), 0)
 
 
 def test_weight_products_are_the_models_own_products():
-    """_weight_products makes every weight product of one forward pass and no other operation (views
+    """weight_products makes every weight product of one forward pass and no other operation (views
     aside): one matrix call per weight matrix, logits of the right shape."""
     pytest.importorskip("torch")
     model = kvtutor.TorchModel.random(bench.MODELS["tiny"], device="cpu")
     n_matrices = 4 * model.config.n_layers + 1  # W_qkv, W_o, W_fc, W_proj per layer, the LM head
     for n_rows in (1, 5):
-        products = bench._weight_products(model, n_rows)
+        products = common.weight_products(model, n_rows)
         counts = timing.count_ops(products)
         matrix_ops = {op: n for op, n in counts.items() if op in ("addmv", "mv", "addmm", "mm", "matmul")}
         assert sum(matrix_ops.values()) == n_matrices, counts
@@ -274,7 +289,7 @@ def engine_run(tmp_path_factory):
 
     def checkpoint(partial):
         seen.append(sorted(partial))
-        bench._write_json(str(out), partial)
+        bench.write_result(str(out), partial)
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -293,7 +308,7 @@ def test_engine_section_measures_every_part(engine_run):
         assert "error" not in part, (name, part)
     d = eng["decode_vs_products"]
     assert d["ratio_to_products"] == pytest.approx(d["products_s"] / d["step_s"])
-    assert d["ratio_to_products"] == bench._median_round(d["rounds"])["ratio"]
+    assert d["ratio_to_products"] == common.median_round(d["rounds"])["ratio"]
     g = eng["generate_vs_hf_static"]
     assert g["identical_tokens"] and len(g["ours_tokens"]) == g["n_new"]  # float32 on the CPU: same tokens
     assert g["speedup"] == pytest.approx(g["transformers_static_s_per_token"] / g["ours_s_per_token"])
@@ -316,7 +331,7 @@ def test_engine_goals_are_never_at_goal_size_on_a_cpu(engine_run):
         assert goals[gid]["at_goal_size"] is False and isinstance(goals[gid]["value"], float)
     # a failed part is recorded as an unmeasured goal, not a crash
     broken = {**result["engine"], "big_decode": {"error": "RuntimeError: out of memory"}}
-    goal = {g["id"]: g for g in bench._engine_goals(broken, True)}["gpu_decode_bandwidth_7b"]
+    goal = {g["id"]: g for g in bench_goals.engine_goals(broken, True)}["gpu_decode_bandwidth_7b"]
     assert goal["value"] is None and goal["met"] is None and "out of memory" in goal["note"]
 
 
@@ -361,4 +376,4 @@ def test_progress_lines_count_the_measurements_and_leave_no_hook(one_thread):
     assert [line.split(":")[0] for line in lines] == ["probe", "concat"]
     counts = [int(line.split("(")[1].split()[0]) for line in lines]
     assert 0 <= counts[0] < counts[1]  # every timed call of a section is counted as it happens
-    assert bench._on_measured == []  # the hook goes with the run
+    assert common.MEASURED_HOOKS == []  # the hook goes with the run

@@ -85,10 +85,10 @@ def test_kv_bytes_equal_torch_cache_tensor_bytes():
         pytest.skip("kvtutor.torch_model is not available")
     cfg = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=3, max_seq_len=12, n_kv_heads=2)
     model = TorchModel.random(cfg, seed=0, device="cpu", dtype=torch.float32)
-    static = model.new_cache(3, max_seq_len=10)
-    buffers = static.k_LBHMK.numel() * static.k_LBHMK.element_size() * 2  # keys and values
-    assert buffers == static.nbytes == costs.kv_cache_bytes(cfg, 10, 3, torch.float32)
-    concat = model.new_cache(3, max_seq_len=10, kind="concat")
+    prealloc = model.new_cache(3, capacity=10)
+    buffers = prealloc.k_LBHMK.numel() * prealloc.k_LBHMK.element_size() * 2  # keys and values
+    assert buffers == prealloc.nbytes == costs.kv_cache_bytes(cfg, 10, 3, torch.float32)
+    concat = model.new_cache(3, capacity=10, kind="concat")
     model.prefill(torch.ones(3, 4, dtype=torch.long), concat)
     model.decode_step(torch.ones(3, dtype=torch.long), concat)
     held = sum(concat.keys(i).nbytes + concat.values(i).nbytes for i in range(cfg.n_layers))

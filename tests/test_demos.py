@@ -1,5 +1,6 @@
-"""kvtutor.demos: the wrong variants really are wrong, the right ones match the model, and the
-baselines (no cache, the worked example's generate, counting caches) agree with NumpyModel."""
+"""kvtutor.book.wrong and kvtutor.book.demos: the wrong variants really are wrong, the right ones
+match the model, and the baselines (no cache, the worked example's generate, counting caches) agree
+with NumpyModel; kvtutor.plots.demos draws their figures."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor import costs, demos, figures
+from kvtutor import costs
+from kvtutor.book import demos
+from kvtutor.book import wrong as book_wrong
 from kvtutor.numpy_model import causal_mask
+from kvtutor.plots import demos as demo_plots
+from kvtutor.plots import style
 
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 
@@ -32,23 +37,26 @@ def gqa_model() -> kvtutor.NumpyModel:
 
 def test_top_left_mask_is_tril_and_equals_causal_mask_only_when_square():
     for t, s in [(1, 1), (3, 3), (1, 5), (3, 7), (4, 6)]:
-        wrong = demos.top_left_causal_mask(t, s)
+        wrong = book_wrong.top_left_causal_mask(t, s)
         np.testing.assert_array_equal(wrong, np.tril(np.ones((t, s), dtype=bool)))
         assert np.array_equal(wrong, causal_mask(t, s)) == (t == s)
 
 
 def test_decode_row_of_the_right_mask_is_all_true_and_of_the_wrong_one_sees_key_0_only():
     assert causal_mask(1, 6).tolist() == [[True] * 6]
-    assert demos.top_left_causal_mask(1, 6).tolist() == [[True] + [False] * 5]
+    assert book_wrong.top_left_causal_mask(1, 6).tolist() == [[True] + [False] * 5]
 
 
 def test_attention_cores_agree_when_square_and_differ_with_a_cache():
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2, n, 4)).astype(np.float32) for n in (5, 5, 5))
-    np.testing.assert_allclose(demos.attention_top_left_mask(q, k, v), demos.attention_offset_mask(q, k, v))
+    np.testing.assert_allclose(
+        book_wrong.attention_top_left_mask(q, k, v), demos.attention_offset_mask(q, k, v)
+    )
     q_new = q[:, -2:]
     assert (
-        max_diff(demos.attention_top_left_mask(q_new, k, v), demos.attention_offset_mask(q_new, k, v)) > 1e-2
+        max_diff(book_wrong.attention_top_left_mask(q_new, k, v), demos.attention_offset_mask(q_new, k, v))
+        > 1e-2
     )
 
 
@@ -61,24 +69,43 @@ def test_sdpa_is_causal_aligns_top_left_and_an_explicit_mask_fixes_it():
     k, v = (rng.standard_normal((2, 6, 4)).astype(np.float32) for _ in range(2))
     for n_new in (1, 3):
         q = rng.standard_normal((2, n_new, 4)).astype(np.float32)
-        wrong = demos.attention_sdpa(q, k, v, is_causal=True)
-        right = demos.attention_sdpa(q, k, v, mask_TS=causal_mask(n_new, 6))
-        np.testing.assert_allclose(wrong, demos.attention_top_left_mask(q, k, v), **TOL)
+        wrong = book_wrong.attention_sdpa(q, k, v, is_causal=True)
+        right = book_wrong.attention_sdpa(q, k, v, mask_TS=causal_mask(n_new, 6))
+        np.testing.assert_allclose(wrong, book_wrong.attention_top_left_mask(q, k, v), **TOL)
         np.testing.assert_allclose(right, demos.attention_offset_mask(q, k, v), **TOL)
         assert max_diff(wrong, right) > 1e-2
     # a single decode query under is_causal=True sees key 0 only: its output IS value row 0
     q1 = rng.standard_normal((2, 1, 4)).astype(np.float32)
-    np.testing.assert_allclose(demos.attention_sdpa(q1, k, v, is_causal=True), v[:, :1], **TOL)
+    np.testing.assert_allclose(book_wrong.attention_sdpa(q1, k, v, is_causal=True), v[:, :1], **TOL)
 
 
 def test_sdpa_rejects_is_causal_together_with_a_mask():
     pytest.importorskip("torch")
     q = np.zeros((2, 1, 4), np.float32)
     with pytest.raises(ValueError, match=r"^is_causal: expected False"):
-        demos.attention_sdpa(q, q, q, is_causal=True, mask_TS=causal_mask(1, 1))
+        book_wrong.attention_sdpa(q, q, q, is_causal=True, mask_TS=causal_mask(1, 1))
 
 
 # ---------------------------------------------------------------- whole-model variants
+
+
+def test_every_variant_is_the_models_own_forward_with_another_core(toy_model, monkeypatch):
+    """No second forward loop: each whole-model variant calls NumpyModel.forward with a core."""
+    calls = []
+    forward = kvtutor.NumpyModel.forward
+
+    def spy(self, ids_T, cache=None, trace=None, core=None):
+        calls.append(core is not None)
+        return forward(self, ids_T, cache, trace, core)
+
+    monkeypatch.setattr(kvtutor.NumpyModel, "forward", spy)
+    cache, q_cache = toy_model.new_cache(), demos.QCache.for_model(toy_model)
+    demos.forward_offset_mask(toy_model, [1, 2], toy_model.new_cache())
+    book_wrong.forward_top_left_mask(toy_model, [1, 2], toy_model.new_cache())
+    book_wrong.forward_storing_queries(toy_model, [1, 2], cache, q_cache)
+    book_wrong.forward_reading_cached_queries(toy_model, [3], cache, q_cache)
+    book_wrong.decode_step_whole_buffer(toy_model, 4, cache)
+    assert calls == [True] * 5
 
 
 @pytest.mark.parametrize("kind", ["preallocated", "concat"])
@@ -98,11 +125,11 @@ def test_top_left_forward_is_right_for_prefill_and_wrong_for_decode_and_chunks(t
     for model in (toy_model, gqa_model):
         ref, wrong = model.new_cache(), model.new_cache()
         np.testing.assert_allclose(
-            demos.forward_top_left_mask(model, [1, 2, 3], wrong), model.prefill([1, 2, 3], ref), **TOL
+            book_wrong.forward_top_left_mask(model, [1, 2, 3], wrong), model.prefill([1, 2, 3], ref), **TOL
         )
-        assert max_diff(demos.forward_top_left_mask(model, [4], wrong), model.forward([4], ref)) > 1e-3
+        assert max_diff(book_wrong.forward_top_left_mask(model, [4], wrong), model.forward([4], ref)) > 1e-3
         assert (
-            max_diff(demos.forward_top_left_mask(model, [5, 6, 7], wrong), model.forward([5, 6, 7], ref))
+            max_diff(book_wrong.forward_top_left_mask(model, [5, 6, 7], wrong), model.forward([5, 6, 7], ref))
             > 1e-3
         )
 
@@ -110,9 +137,9 @@ def test_top_left_forward_is_right_for_prefill_and_wrong_for_decode_and_chunks(t
 def test_top_left_mask_changes_the_toy_models_next_token(toy_model):
     ref, wrong = toy_model.new_cache(), toy_model.new_cache()
     toy_model.prefill([1, 2, 3], ref)
-    demos.forward_top_left_mask(toy_model, [1, 2, 3], wrong)
+    book_wrong.forward_top_left_mask(toy_model, [1, 2, 3], wrong)
     assert int(np.argmax(toy_model.decode_step(4, ref))) != int(
-        np.argmax(demos.forward_top_left_mask(toy_model, [4], wrong)[0])
+        np.argmax(book_wrong.forward_top_left_mask(toy_model, [4], wrong)[0])
     )
 
 
@@ -150,7 +177,7 @@ def test_offset_mask_always_matches_and_top_left_mask_never_does_after_a_cache(c
         model.prefill(past, cache)
     want = model.forward(new, ref)
     np.testing.assert_allclose(demos.forward_offset_mask(model, new, right), want, **TOL)
-    got = demos.forward_top_left_mask(model, new, wrong)
+    got = book_wrong.forward_top_left_mask(model, new, wrong)
     # the first new query (at position len(past) > 0) sees only key 0 instead of 0..len(past)
     assert np.abs(got[0] - want[0]).max() > 1e-4
 
@@ -160,7 +187,7 @@ def test_reading_the_whole_buffer_is_wrong_unless_the_buffer_is_full(toy_model):
     toy_model.prefill([1, 2, 3], ref)
     toy_model.prefill([1, 2, 3], wrong)
     right_V = toy_model.decode_step(4, ref)
-    wrong_V = demos.decode_step_whole_buffer(toy_model, 4, wrong)
+    wrong_V = book_wrong.decode_step_whole_buffer(toy_model, 4, wrong)
     assert wrong_V.shape == right_V.shape == (toy_model.config.vocab_size,)
     assert max_diff(wrong_V, right_V) > 1e-2
     assert len(wrong) == len(ref) == 4
@@ -171,25 +198,25 @@ def test_reading_the_whole_buffer_is_wrong_unless_the_buffer_is_full(toy_model):
     toy_model.prefill([1, 2, 3], full)
     toy_model.prefill([1, 2, 3], ref2)
     np.testing.assert_allclose(
-        demos.decode_step_whole_buffer(toy_model, 4, full), toy_model.decode_step(4, ref2), **TOL
+        book_wrong.decode_step_whole_buffer(toy_model, 4, full), toy_model.decode_step(4, ref2), **TOL
     )
 
 
 def test_whole_buffer_errors_leave_the_cache_unchanged(toy_model):
     with pytest.raises(TypeError, match=r"^cache: expected a PreallocatedKVCache"):
-        demos.decode_step_whole_buffer(toy_model, 4, toy_model.new_cache(kind="concat"))
+        book_wrong.decode_step_whole_buffer(toy_model, 4, toy_model.new_cache(kind="concat"))
     empty = toy_model.new_cache()
     with pytest.raises(ValueError, match=r"^cache: expected a prefilled cache"):
-        demos.decode_step_whole_buffer(toy_model, 4, empty)
+        book_wrong.decode_step_whole_buffer(toy_model, 4, empty)
     cache = toy_model.new_cache()
     toy_model.prefill([1, 2, 3], cache)
     before = cache_state(cache)
     with pytest.raises(ValueError, match=r"^token_id: expected a token id"):
-        demos.decode_step_whole_buffer(toy_model, 99, cache)
+        book_wrong.decode_step_whole_buffer(toy_model, 99, cache)
     with pytest.raises(TypeError, match=r"^token_id: expected an int"):
-        demos.decode_step_whole_buffer(toy_model, "4", cache)
+        book_wrong.decode_step_whole_buffer(toy_model, "4", cache)
     with pytest.raises(TypeError, match=r"^cache: expected a KV cache"):
-        demos.decode_step_whole_buffer(toy_model, 4, None)
+        book_wrong.decode_step_whole_buffer(toy_model, 4, None)
     assert_same_state(before, cache_state(cache))
 
 
@@ -198,7 +225,7 @@ def test_variant_forward_rejects_bad_ids_and_overflow_without_touching_the_cache
     toy_model.prefill([1, 2, 3], cache)
     before = cache_state(cache)
     with pytest.raises(ValueError, match=r"^ids_T: 3 tokens after 3 cached ones exceed the capacity 5"):
-        demos.forward_top_left_mask(toy_model, [4, 5, 6], cache)
+        book_wrong.forward_top_left_mask(toy_model, [4, 5, 6], cache)
     with pytest.raises(ValueError, match=r"^ids_T: expected token ids"):
         demos.forward_offset_mask(toy_model, [4, 40], cache)
     assert_same_state(before, cache_state(cache))
@@ -213,7 +240,7 @@ def test_stored_queries_are_never_read_and_change_nothing(toy_model, gqa_model):
         ref = model.new_cache()
         for ids in ([1, 2, 3], [4], [5]):
             np.testing.assert_allclose(
-                demos.forward_storing_queries(model, ids, kv, q), model.forward(ids, ref), **TOL
+                book_wrong.forward_storing_queries(model, ids, kv, q), model.forward(ids, ref), **TOL
             )
         assert q.reads == 0
         assert len(q) == len(kv) == 5
@@ -226,7 +253,7 @@ def test_reading_cached_queries_recomputes_rows_that_nothing_uses(toy_model, gqa
     for model in (toy_model, gqa_model):
         kv, q, ref = model.new_cache(), demos.QCache.for_model(model), model.new_cache()
         np.testing.assert_allclose(
-            demos.forward_reading_cached_queries(model, [1, 2, 3], kv, q),
+            book_wrong.forward_reading_cached_queries(model, [1, 2, 3], kv, q),
             model.prefill([1, 2, 3], ref),
             **TOL,
         )
@@ -234,7 +261,7 @@ def test_reading_cached_queries_recomputes_rows_that_nothing_uses(toy_model, gqa
         q.scramble(seed=7)  # garbage in every stored query row
         scrambled = q.queries(0).copy()
         np.testing.assert_allclose(
-            demos.forward_reading_cached_queries(model, [4], kv, q), model.forward([4], ref), **TOL
+            book_wrong.forward_reading_cached_queries(model, [4], kv, q), model.forward([4], ref), **TOL
         )
         assert q.reads == 2 * model.config.n_layers + 1
         np.testing.assert_array_equal(q.queries(0)[:, :3], scrambled)
@@ -251,7 +278,7 @@ def test_q_cache_errors(toy_model):
     toy_model.prefill([1, 2], kv)
     before = cache_state(kv)
     with pytest.raises(ValueError, match=r"^q_cache: expected 2 stored rows"):
-        demos.forward_reading_cached_queries(toy_model, [3], kv, q)
+        book_wrong.forward_reading_cached_queries(toy_model, [3], kv, q)
     assert_same_state(before, cache_state(kv))
     assert len(q) == 0
 
@@ -341,23 +368,23 @@ def test_figures_draw_the_arrays_they_are_given(toy_model):
     with_ = [c.flops for c in costs.generation_costs(cfg, 4, 20)]
     without = [c.flops for c in costs.generation_costs(cfg, 4, 20, cached=False)]
     ctx = np.arange(4, 24)
-    fig = demos.plot_cumulative_flops(ctx, with_, without, title="t")
+    fig = demo_plots.plot_cumulative_flops(ctx, with_, without, title="t")
     assert len(fig.axes) == 2
     np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), np.cumsum(without) / 1e9)
     plt.close(fig)
-    fig = demos.plot_bytes_written(ctx, 2 * ctx, ctx)
+    fig = demo_plots.plot_bytes_written(ctx, 2 * ctx, ctx)
     assert len(fig.axes) == 1
     plt.close(fig)
-    fig = demos.plot_masks(3, 7, key_labels=list("abcdefg"))
+    fig = demo_plots.plot_masks(3, 7, key_labels=list("abcdefg"))
     assert len(fig.axes) == 2 and len(fig.axes[0].images) == 1
     # as wide as the text column at most, so its labels are shown at their own size (>= 9 pt)
-    assert fig.get_figwidth() <= figures.PAGE_WIDTH + 1e-9
+    assert fig.get_figwidth() <= style.PAGE_WIDTH + 1e-9
     assert min(t.get_fontsize() for ax in fig.axes for t in ax.texts) >= 9
     np.testing.assert_array_equal(
-        fig.axes[0].images[0].get_array(), demos.top_left_causal_mask(3, 7).astype(int)
+        fig.axes[0].images[0].get_array(), book_wrong.top_left_causal_mask(3, 7).astype(int)
     )
     plt.close(fig)
-    fig = demos.plot_intensity([1, 2, 4], {"a": [0.5, 1.0, 2.0], "b": [0.5, 0.7, 0.8]}, title="t")
+    fig = demo_plots.plot_intensity([1, 2, 4], {"a": [0.5, 1.0, 2.0], "b": [0.5, 0.7, 0.8]}, title="t")
     assert len(fig.axes[0].lines) == 2
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["a", "b"]
     plt.close(fig)
@@ -365,18 +392,18 @@ def test_figures_draw_the_arrays_they_are_given(toy_model):
 
 def test_figure_errors():
     with pytest.raises(ValueError, match=r"^cached_N: expected a 1-D array of 3 values"):
-        demos.plot_cumulative_flops([1, 2, 3], [1, 2], [1, 2, 3])
+        demo_plots.plot_cumulative_flops([1, 2, 3], [1, 2], [1, 2, 3])
     with pytest.raises(ValueError, match=r"^concat_N: expected a 1-D array of 2 values"):
-        demos.plot_bytes_written([1, 2], [[1, 2]], [1, 2])
+        demo_plots.plot_bytes_written([1, 2], [[1, 2]], [1, 2])
     with pytest.raises(ValueError, match=r"^n_queries: expected at most n_keys=2"):
-        demos.plot_masks(3, 2)
+        demo_plots.plot_masks(3, 2)
     with pytest.raises(ValueError, match=r"^n_keys: expected a positive int"):
-        demos.plot_masks(1, 0)
+        demo_plots.plot_masks(1, 0)
     with pytest.raises(ValueError, match=r"^key_labels: expected 4 labels"):
-        demos.plot_masks(1, 4, key_labels=["a"])
+        demo_plots.plot_masks(1, 4, key_labels=["a"])
     with pytest.raises(ValueError, match=r"^rows_N: expected a 1-D array"):
-        demos.plot_intensity(np.ones((2, 2)), {"a": [1, 2]})
+        demo_plots.plot_intensity(np.ones((2, 2)), {"a": [1, 2]})
     with pytest.raises(ValueError, match=r"^curves\['a'\]: expected a 1-D array of 2 values"):
-        demos.plot_intensity([1, 2], {"a": [1, 2, 3]})
+        demo_plots.plot_intensity([1, 2], {"a": [1, 2, 3]})
     with pytest.raises(ValueError, match=r"^curves: expected at least one curve"):
-        demos.plot_intensity([1, 2], {})
+        demo_plots.plot_intensity([1, 2], {})

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import kvtutor
-from kvtutor import display
+from kvtutor.book import display
 
 
 def _package_functions_with_pragmas():
     found = []
-    for info in pkgutil.iter_modules(kvtutor.__path__):
+    for info in pkgutil.walk_packages(kvtutor.__path__, "kvtutor."):
         try:
-            module = importlib.import_module(f"kvtutor.{info.name}")
+            module = importlib.import_module(info.name)
         except ImportError:  # torch-only modules where torch is missing
             continue
         for _, obj in inspect.getmembers(module, inspect.isfunction):

@@ -200,9 +200,9 @@ def test_caches_of_integers_are_refused(kind, dtype):
 @pytest.mark.parametrize(
     ("args", "exc", "match"),
     [
-        ((0, 2, 16, 4), ValueError, r"^n_layers: expected a positive int, got 0"),
+        ((0, 2, 16, 4), ValueError, r"^n_layers: expected an int >= 1, got 0"),
         ((2, 2.0, 16, 4), TypeError, r"^n_kv_heads: expected an int, got float"),
-        ((2, 2, -1, 4), ValueError, r"^capacity: expected a positive int, got -1"),
+        ((2, 2, -1, 4), ValueError, r"^capacity: expected an int >= 1, got -1"),
     ],
 )
 def test_cache_sizes_are_checked(args, exc, match):

@@ -62,12 +62,12 @@ def test_star_import_offers_torch_model_when_torch_is_installed():
     assert namespace["TorchModel"] is kvtutor.TorchModel
 
 
-# `bench.run` is replaced by a function that fails loudly: the error must come before any measuring.
+# `bench.cli.run` is replaced by a function that fails loudly: the error must come before any measuring.
 _BENCH = """
-import kvtutor.bench
+import kvtutor.bench.cli
 def _no_run(*args, **kwargs):
     raise SystemExit("measured")
-kvtutor.bench.run = _no_run
+kvtutor.bench.cli.run = _no_run
 from kvtutor.__main__ import main
 sys.exit(main({argv!r}))
 """
@@ -101,9 +101,16 @@ def test_bench_plots_without_matplotlib_fails_before_measuring(tmp_path):
 
 def test_other_missing_modules_are_not_disguised():
     """A module that is no extra of kvtutor is reported as itself (ModuleNotFoundError)."""
-    from kvtutor import _missing_extra
+    from kvtutor.extras import missing_extra
 
-    assert _missing_extra(ModuleNotFoundError("x", name="torch._C"), "it") is None
-    assert _missing_extra(ModuleNotFoundError("x", name="numpy"), "it") is None
-    error = _missing_extra(ModuleNotFoundError("x", name="tqdm"), "it")
+    assert missing_extra(ModuleNotFoundError("x", name="torch._C"), "it") is None
+    assert missing_extra(ModuleNotFoundError("x", name="numpy"), "it") is None
+    error = missing_extra(ModuleNotFoundError("x", name="tqdm"), "it")
     assert error is not None and "kvtutor[torch]" in str(error) and error.name == "tqdm"
+
+
+def test_installed_finds_modules_without_importing_them():
+    from kvtutor.extras import EXTRAS, installed
+
+    assert installed("numpy") and not installed("kvtutor_no_such_module") and not installed("")
+    assert set(EXTRAS.values()) == {"torch", "plots"}

@@ -1,4 +1,4 @@
-"""Smoke tests of kvtutor.figures: each figure builds from real model arrays (Agg backend), has the
+"""Smoke tests of kvtutor.plots.figures: each figure builds from real model arrays (Agg backend), has the
 expected axes and labels, and bad input raises a ValueError that names the argument."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from kvtutor import figures  # noqa: E402
 from kvtutor.numpy_model import causal_mask, softmax  # noqa: E402
+from kvtutor.plots import figures, style  # noqa: E402
 
 TOKENS = ["The", "cat", "sat"]
 
@@ -65,7 +65,7 @@ def test_plot_attention_prefill_has_scores_mask_and_weights(prefill_trace):
     assert texts(weights_ax)[0] == "1.00"
     assert fig.get_suptitle() == "layer 0"
     # drawn no wider than the text column, so the labels are shown at their own size
-    assert fig.get_figwidth() <= figures.PAGE_WIDTH + 1e-9
+    assert fig.get_figwidth() <= style.PAGE_WIDTH + 1e-9
     assert min(t.get_fontsize() for ax in fig.axes for t in ax.texts) >= 9
 
 
@@ -167,7 +167,7 @@ def test_plot_matmul_shapes_draws_every_cell_to_scale():
     assert "[1, 8]" in texts(decode_proj) and "[8, 8]" in texts(decode_proj)
     # cached rows of V are drawn in the cache colour
     cached = [
-        p for p in fig.axes[3].patches if matplotlib.colors.to_hex(p.get_facecolor()) == figures.PROMPT_COLOR
+        p for p in fig.axes[3].patches if matplotlib.colors.to_hex(p.get_facecolor()) == style.PROMPT_COLOR
     ]
     assert len(cached) == 3 * 4
     # the same cell size everywhere: equal data limits in every panel
@@ -183,7 +183,7 @@ def test_plot_matmul_shapes_draws_every_cell_to_scale():
     # a weight matrix is drawn in its own colour, never in the colour of computed K/V
     fig = figures.plot_matmul_shapes({"decode": [P("x @ W_Q", (1, 8), (8, 8), b_is_weight=True)]})
     faces = {matplotlib.colors.to_hex(p.get_facecolor()) for p in fig.axes[0].patches}
-    assert figures.WEIGHT_COLOR in faces and figures.COMPUTED_COLOR not in faces
+    assert style.WEIGHT_COLOR in faces and style.COMPUTED_COLOR not in faces
     assert "weight matrix, read from memory" in [t.get_text() for t in fig.legends[0].get_texts()]
     with pytest.raises(ValueError, match=r"^products: inner dimensions differ"):
         figures.plot_matmul_shapes({"p": [P("bad", (3, 8), (4, 8))]})
@@ -211,9 +211,53 @@ def test_plot_information_flow_has_every_layer_and_token():
 
 
 def test_import_kvtutor_does_not_import_matplotlib():
+    """Neither the package nor any of its figure or book modules imports matplotlib on import."""
     import subprocess
     import sys
 
-    code = "import sys, kvtutor, kvtutor.figures; print('matplotlib' in sys.modules)"
+    modules = [
+        f"kvtutor.plots.{m}" for m in ("style", "figures", "demos", "perf", "serving", "memory", "gpu")
+    ]
+    modules += ["kvtutor.book.display", "kvtutor.book.demos", "kvtutor.book.wrong"]
+    code = f"import sys, kvtutor, {', '.join(modules)}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_without_matplotlib_a_figure_names_the_extra_to_install():
+    import subprocess
+    import sys
+
+    code = """
+import sys
+class NoMatplotlib:  # as if matplotlib were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "matplotlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoMatplotlib())
+from kvtutor.plots import figures
+try:
+    figures.plot_matrix([[1.0]])
+except ModuleNotFoundError as e:
+    print(e.name, "|", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    want = "kvtutor's figures needs matplotlib, which is not installed: pip install 'kvtutor[plots]'"
+    assert out.stdout.strip() == f"matplotlib | {want}"
+
+
+def test_one_palette_for_every_figure_module():
+    """The colours live in plots.style: no plotting module defines its own palette."""
+    import ast
+    from pathlib import Path
+
+    import kvtutor.plots
+
+    for path in Path(kvtutor.plots.__file__).parent.glob("*.py"):
+        if path.name == "style.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                assert not any(n.lstrip("_").endswith(("COLOR", "COLORS")) for n in names), (path.name, names)

@@ -1,6 +1,7 @@
 """kvtutor.gpu_report: the profiler-table parser on the recorded H200 table and on a fresh CPU
 profile, the categories and their shares, the fixed-cost fit, the anchors against the stored
-ratios, the goal table and list (with and without a run of the current code), and the figures."""
+ratios, the goal table and list (with and without a run of the current code); and the figures of
+kvtutor.plots.gpu."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest  # noqa: E402
 
 from kvtutor import gpu_report as g  # noqa: E402
 from kvtutor import recorded  # noqa: E402
+from kvtutor.plots import gpu as gpu_plots  # noqa: E402
 from kvtutor.text import TEXT_WIDTH  # noqa: E402
 
 
@@ -276,18 +278,18 @@ def test_goal_list(run):
 
 def test_plot_device_time(table):
     by_cat = table.device_time_by_category()
-    fig = g.plot_device_time(by_cat, title="t")
+    fig = gpu_plots.plot_device_time(by_cat, title="t")
     (ax,) = fig.axes
     assert len(ax.patches) == len(g.CATEGORIES)
     assert [t.get_text() for t in ax.get_yticklabels()] == list(g.CATEGORIES)
     assert ax.get_title() == "t"
     with pytest.raises(ValueError, match="by_category"):
-        g.plot_device_time({})
+        gpu_plots.plot_device_time({})
 
 
 def test_plot_step_times(run):
     rows = g.anchors(run["anchors"], model="1.3B")
-    fig = g.plot_step_times(rows)
+    fig = gpu_plots.plot_step_times(rows)
     (ax,) = fig.axes
     assert len(ax.patches) == len(rows)
     labels = [t.get_text() for t in ax.texts]
@@ -295,6 +297,6 @@ def test_plot_step_times(run):
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["weight products alone", "kvtutor", "transformers", "floor: 0.62 ms"]
     with pytest.raises(ValueError, match="one model"):
-        g.plot_step_times(g.anchors(run["anchors"]))
+        gpu_plots.plot_step_times(g.anchors(run["anchors"]))
     with pytest.raises(ValueError, match="configs"):
-        g.plot_step_times([])
+        gpu_plots.plot_step_times([])

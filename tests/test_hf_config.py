@@ -348,14 +348,16 @@ def test_spec_validation():
         ({"n_sliding_layers": 1}, r"^n_sliding_layers: expected 0 when sliding_window is None"),
         ({"sliding_window": 4, "n_sliding_layers": 3}, r"^n_sliding_layers: expected 0 \.\. 2"),
         ({"attention_bias": "q"}, r"^attention_bias: expected"),
-        ({"d_ff": 0}, r"^d_ff: expected a positive int"),
+        ({"d_ff": 0}, r"^d_ff: expected an int >= 1, got 0"),
     ]:
         with pytest.raises(ValueError, match=pattern):
             ModelSpec(**{**good, **change})
-    with pytest.raises(TypeError, match=r"^n_layers: expected a positive int, got float"):
+    with pytest.raises(TypeError, match=r"^n_layers: expected an int, got float 2.0"):
         ModelSpec(**{**good, "n_layers": 2.0})
-    with pytest.raises(ValueError, match=r"^seq_len: expected a positive int"):
+    with pytest.raises(ValueError, match=r"^seq_len: expected an int >= 1, got 0"):
         ModelSpec(**good).cached_tokens(0)
+    numpy_sized = ModelSpec(**{**good, "n_layers": np.int64(2), "d_ff_expert": np.int32(0)})
+    assert numpy_sized == ModelSpec(**good) and type(numpy_sized.n_layers) is int
 
 
 def test_numpy_model_from_a_converted_spec_runs():

@@ -96,7 +96,7 @@ def test_decode_plots_of_the_recorded_runs():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvtutor import perf_plots
+    from kvtutor.plots import perf as perf_plots
 
     cpu = recorded.cpu_bench()["decode_sweep"]
     gpu = recorded.h200_run()["bench"]["decode_sweep"]

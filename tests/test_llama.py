@@ -267,6 +267,25 @@ def test_a_rotated_key_never_needs_rotating_again():
 # ---------------------------------------------------------------- the steps
 
 
+def test_attention_is_gpt2s_attention_core_after_rope():
+    """llama.attention projects, rotates q and k, then runs numpy_model.attention_core (the core
+    GPT-2's attention runs too): the same numbers, bit for bit, as those steps by hand."""
+    from kvtutor.llama import attention
+    from kvtutor.numpy_model import attention_core, merge_heads, split_heads
+
+    cfg = LlamaConfig(vocab_size=11, d_model=16, n_heads=4, n_layers=1, max_seq_len=8, d_ff=20, n_kv_heads=2)
+    layer = LlamaModel.random(cfg, seed=2).weights.layers[0]
+    x_TD = np.random.default_rng(3).standard_normal((3, 16)).astype(np.float32)
+    positions_T = np.arange(2, 5)
+    q_HTK = apply_rope(split_heads(x_TD @ layer.w_q, 4), positions_T)
+    k_HTK = apply_rope(split_heads(x_TD @ layer.w_k, 2), positions_T)
+    v_HTK = split_heads(x_TD @ layer.w_v, 2)
+    want_TD = merge_heads(attention_core(q_HTK, k_HTK, v_HTK)) @ layer.w_o
+    trace: dict = {}
+    np.testing.assert_array_equal(attention(x_TD, layer, cfg, positions_T, trace=trace), want_TD)
+    assert trace["a_HTS"].shape == (4, 3, 3) and trace["scores_HTS"].shape == (4, 3, 3)
+
+
 def test_steps_keep_their_promises():
     rng = np.random.default_rng(1)
     x_HTK = rng.standard_normal((3, 5, 6)).astype(np.float32)

@@ -121,11 +121,11 @@ def test_argument_errors():
     spec = load_model_spec("gpt2")
     with pytest.raises(ValueError, match=r"^dtype: expected one of \["):
         kv_bytes_per_token(spec, "fp7")
-    with pytest.raises(ValueError, match=r"^seq_len: expected a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"^seq_len: expected an int >= 1, got 0"):
         kv_bytes_per_sequence(spec, 0)
     with pytest.raises(TypeError, match=r"^seq_len: expected an int, got float"):
         kv_bytes_per_sequence(spec, 10.0)
-    with pytest.raises(ValueError, match=r"^batch: expected a positive int, got -1"):
+    with pytest.raises(ValueError, match=r"^batch: expected an int >= 1, got -1"):
         kv_bytes_total(spec, 10, -1)
     with pytest.raises(TypeError, match=r"^spec: expected a ModelSpec"):
         kv_bytes_per_token({"n_layers": 2})
@@ -219,8 +219,8 @@ def test_cli_lists_bundled_models(capsys):
         (["UNKNOWN"], "config['model_type'] in"),
         (["gpt2", "--dtype", "fp7"], "--dtype: expected one of"),
         (["gpt2", "--weights-dtype", "fp7"], "--weights-dtype: expected one of"),
-        (["gpt2", "--batch", "0"], "--batch: expected a positive int, got 0"),
-        (["gpt2", "--seq-len", "-5"], "--seq-len: expected a positive int, got -5"),
+        (["gpt2", "--batch", "0"], "--batch: expected an int >= 1, got 0"),
+        (["gpt2", "--seq-len", "-5"], "--seq-len: expected an int >= 1, got -5"),
         (["gpt2", "--memory-gib", "-1"], "--memory-gib: expected a finite number of GiB > 0, got -1.0"),
         (["gpt2", "--batch", "x"], "invalid int value"),
         ([], "config: expected a config.json path or a bundled model name"),
@@ -337,7 +337,7 @@ def test_mla_decode_costs_by_hand():
     assert c["up_projection_weight_bytes"] == 512 * h * 256 * 2
     with pytest.raises(ValueError, match=r"^spec: expected a latent-attention \(MLA\) model, got GQA"):
         memory.mla_decode_costs(load_model_spec("llama-3-8b"), 10)
-    with pytest.raises(ValueError, match=r"^seq_len: expected a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"^seq_len: expected an int >= 1, got 0"):
         memory.mla_decode_costs(spec, 0)
 
 
@@ -346,7 +346,7 @@ def test_plots_of_kv_per_token_and_memory_draw():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvtutor import memory_plots
+    from kvtutor.plots import memory as memory_plots
 
     ax = memory_plots.plot_kv_per_token(["llama-3-70b", "mixtral-8x7b", "deepseek-v2"])
     assert len(ax.patches) == 4  # one bar each, and the expanded one for the MLA model

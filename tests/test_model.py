@@ -85,6 +85,48 @@ def test_chunked_prefill_equals_one_prefill(case, chunk):
     assert_chunked_prefill_equals_one_prefill(model, ids, chunk)
 
 
+@pytest.mark.parametrize("kind", ["preallocated", "concat", None])
+def test_the_attention_core_hook_replaces_only_the_core(toy_model, kind):
+    """forward(..., core=...) runs the model's own code around attention: with the model's core
+    passed in, the logits are bit for bit the same; the hook is called once per layer, in order,
+    with that layer's queries and the keys and values the cache returned."""
+    from kvtutor.numpy_model import attention_core
+
+    calls = []
+
+    def core(layer, q_HTK, k_HSK, v_HSK):
+        calls.append((layer, q_HTK.shape, k_HSK.shape, v_HSK.shape))
+        return attention_core(q_HTK, k_HSK, v_HSK)
+
+    cfg = toy_model.config
+    ref = None if kind is None else toy_model.new_cache(kind=kind)
+    mine = None if kind is None else toy_model.new_cache(kind=kind)
+    np.testing.assert_array_equal(
+        toy_model.forward([1, 2, 3], mine, core=core), toy_model.forward([1, 2, 3], ref)
+    )
+    assert calls == [
+        (i, (cfg.n_heads, 3, cfg.d_head), (cfg.n_kv_heads, 3, cfg.d_head), (cfg.n_kv_heads, 3, cfg.d_head))
+        for i in range(cfg.n_layers)
+    ]
+    if kind is not None:
+        calls.clear()
+        np.testing.assert_array_equal(toy_model.forward([4], mine, core=core), toy_model.forward([4], ref))
+        assert [c[0] for c in calls] == list(range(cfg.n_layers)) and calls[0][2][1] == 4
+        for layer in range(cfg.n_layers):
+            np.testing.assert_array_equal(mine.keys(layer), ref.keys(layer))
+
+
+def test_a_different_core_changes_the_logits_but_not_what_the_cache_stores_first(toy_model):
+    """A core that ignores the keys (every query outputs zeros): layer 0's cached rows are the model's
+    own, the logits are not."""
+    ref, mine = toy_model.new_cache(), toy_model.new_cache()
+    want = toy_model.prefill([1, 2, 3], ref)
+    got = toy_model.forward([1, 2, 3], mine, core=lambda i, q, k, v: np.zeros_like(q))
+    assert np.abs(got - want).max() > 1e-3
+    np.testing.assert_array_equal(mine.keys(0), ref.keys(0))
+    assert len(mine) == 3
+
+
 def test_toy_model_continues_the_cat_sat_on_the_mat(toy_model):
     tok = kvtutor.load_toy_tokenizer()
     prompt = tok.encode(kvtutor.TOY_PROMPT)

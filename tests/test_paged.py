@@ -11,14 +11,8 @@ from hypothesis import strategies as st
 
 import kvtutor
 from kvtutor.cache import KVCache
-from kvtutor.paged import (
-    BlockAllocator,
-    PagedKVCache,
-    PagedKVPool,
-    Request,
-    random_trace,
-    simulate_trace,
-)
+from kvtutor.paged import BlockAllocator, PagedKVCache, PagedKVPool
+from kvtutor.paged_trace import Request, random_trace, simulate_trace
 
 
 def make_model(n_heads=4, n_kv_heads=2, d_head=4, n_layers=2, max_seq_len=48, vocab=30, seed=0):
@@ -67,7 +61,7 @@ def test_allocator_errors():
         a.release(1)
     with pytest.raises(ValueError, match=r"^block: expected 0 <= block <= 1, got 5"):
         a.retain(5)
-    with pytest.raises(ValueError, match=r"^n_blocks: expected 1 <= n_blocks, got 0"):
+    with pytest.raises(ValueError, match=r"^n_blocks: expected an int >= 1, got 0"):
         BlockAllocator(0)
     with pytest.raises(TypeError, match=r"^n_blocks: expected an int"):
         BlockAllocator(2.0)
@@ -336,7 +330,7 @@ def test_protocol_errors():
         other.fork(seq)
     with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim\)"):
         make_model(n_kv_heads=4).prefill([1], seq)
-    with pytest.raises(ValueError, match=r"^block_size: expected 1 <= block_size, got 0"):
+    with pytest.raises(ValueError, match=r"^block_size: expected an int >= 1, got 0"):
         PagedKVPool(2, 2, 4, 4, 0)
 
 

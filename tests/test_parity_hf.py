@@ -106,3 +106,39 @@ def test_untied_lm_head_and_bad_heads_are_rejected(hf_and_ours):
         kvtutor.NumpyModel.from_gpt2_state_dict([], n_heads=4)
     with pytest.raises(TypeError, match="state_dict\\['wte.weight'\\].*list"):
         kvtutor.NumpyModel.from_gpt2_state_dict(sd | {"wte.weight": [[0.0] * 24] * 61}, n_heads=4)
+
+
+def test_build_hf_gpt2_holds_our_weights(hf_and_ours):
+    """The one builder of transformers' GPT-2: from a model it holds that model's weights."""
+    from kvtutor.gpt2_weights import build_hf_gpt2
+
+    hf, ours = hf_and_ours
+    rebuilt = build_hf_gpt2(ours)
+    assert not rebuilt.training and rebuilt.dtype == torch.float32
+    with torch.no_grad():
+        a = rebuilt(torch.tensor([IDS])).logits[0].numpy()
+        b = hf(torch.tensor([IDS])).logits[0].numpy()
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(a, ours.logits_without_cache(IDS), rtol=1e-4, atol=1e-4)
+    assert build_hf_gpt2(ours, dtype="bf16").dtype == torch.bfloat16
+
+
+def test_build_hf_gpt2_from_a_config_and_its_errors():
+    from kvtutor.gpt2_weights import build_hf_gpt2, hf_gpt2_config
+
+    cfg = kvtutor.ModelConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1, max_seq_len=12, d_ff=40)
+    hf_cfg = hf_gpt2_config(cfg)
+    assert (hf_cfg.n_embd, hf_cfg.n_inner, hf_cfg.n_positions, hf_cfg.resid_pdrop) == (16, 40, 12, 0.0)
+    torch.manual_seed(0)
+    a = build_hf_gpt2(cfg)
+    torch.manual_seed(0)
+    b = build_hf_gpt2(cfg)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name  # transformers' own init, seeded by the caller
+    gqa = kvtutor.ModelConfig(vocab_size=30, d_model=16, n_heads=4, n_layers=1, max_seq_len=12, n_kv_heads=2)
+    with pytest.raises(ValueError, match=r"^config: expected plain multi-head attention for GPT-2"):
+        build_hf_gpt2(gqa)
+    with pytest.raises(TypeError, match=r"^source: expected a ModelConfig or a model"):
+        build_hf_gpt2({"d_model": 16})
+    with pytest.raises(TypeError, match=r"^config: expected a kvtutor.ModelConfig"):
+        hf_gpt2_config({"d_model": 16})

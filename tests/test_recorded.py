@@ -3,9 +3,18 @@ notebook), say where they were measured, and the book's hand checks hold on them
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
+import kvtutor
 from kvtutor import ModelConfig, costs, recorded
+from kvtutor.bench import schema
+
+RUNS = Path(kvtutor.__file__).parent / recorded.RUNS
+BENCH_FILES = sorted(RUNS.rglob("bench-*.json"))
 
 
 def test_current_and_earlier_cpu_runs_load_with_their_hardware():
@@ -41,3 +50,90 @@ def test_run_path_refuses_paths_outside_the_runs():
     for bad in ("", "/etc/passwd", "../configs/gpt2.json"):
         with pytest.raises(ValueError, match=r"^name: expected a file name"):
             recorded.run_path(bad)
+
+
+# ---------------------------------------------------------------- the bench schema on the recorded files
+
+
+def test_there_are_recorded_bench_files():
+    names = {p.relative_to(RUNS).as_posix() for p in BENCH_FILES}
+    assert {"bench-cpu.json", "bench-cpu-xeon-2026-11-29.json", "h200-2026-11-30/bench-cuda.json"} <= names
+
+
+@pytest.mark.parametrize("path", BENCH_FILES, ids=lambda p: p.relative_to(RUNS).as_posix())
+def test_every_recorded_bench_file_follows_the_schema(path):
+    text = path.read_text(encoding="utf-8")
+    result = schema.load_result(path)
+    assert result["schema"] == 1 == schema.SCHEMA_VERSION
+    assert result == json.loads(text)  # loaded as it is: the checker changes nothing
+    assert set(result) <= set(schema.TOP_LEVEL)
+
+
+def _corrupt(tmp_path, change) -> Path:
+    result = json.loads((RUNS / "bench-cpu.json").read_text(encoding="utf-8"))
+    change(result)
+    path = tmp_path / "bad-run.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    return path
+
+
+def _set(*keys_and_value):
+    *keys, last, value = keys_and_value
+
+    def change(result):
+        obj = result
+        for k in keys:
+            obj = obj[k]
+        obj[last] = value
+
+    return change
+
+
+CORRUPTIONS = [
+    (lambda r: r.pop("ceilings"), r"missing key 'ceilings' \(peak FLOP/s"),
+    (lambda r: r["decode_sweep"].pop("points"), r"missing key 'decode_sweep\.points'"),
+    (_set("schema", 2), r"key 'schema': expected a schema version in \[1\], got 2"),
+    (_set("schema", "1"), r"key 'schema': expected a schema version in \[1\], got '1'"),
+    (lambda r: r.pop("schema"), r"missing key 'schema'"),
+    (_set("dtype", 32), r"key 'dtype': expected string, got integer"),
+    (_set("goals", {}), r"key 'goals': expected array, got object"),
+    (_set("ceilings", "peak_flops", None), r"key 'ceilings\.peak_flops': expected number, got null"),
+    (_set("decode_sweep", "points", 2, "batch_size", "4"),
+     r"key 'decode_sweep\.points\[2\]\.batch_size': expected integer, got string"),
+    (_set("goals", 0, "met", "yes"), r"key 'goals\[0\]\.met': expected boolean or null, got string"),
+    (_set("static_vs_concat", "points", 0, "identical_tokens", 1),
+     r"key 'static_vs_concat\.points\[0\]\.identical_tokens': expected boolean, got integer"),
+    (_set("hardware", "torch_threads", True),
+     r"key 'hardware\.torch_threads': expected integer, got boolean"),
+    (_set("prefil_sweep", {}), r"unknown key 'prefil_sweep'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "message"), CORRUPTIONS)
+def test_a_corrupted_result_is_refused_naming_the_file_and_the_key(tmp_path, change, message):
+    path = _corrupt(tmp_path, change)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: {message}"):
+        schema.load_result(path)
+
+
+def test_a_file_that_is_not_strict_json_is_refused(tmp_path):
+    path = tmp_path / "nan.json"
+    name = re.escape(str(path))
+    path.write_text('{"schema": 1, "x": NaN}', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"^{name}: expected strict JSON, got the non-finite number NaN"):
+        schema.load_result(path)
+    path.write_text('{"schema": 1,', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"^{name}: expected a JSON file, got invalid JSON"):
+        schema.load_result(path)
+    path.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=rf"^{path}: expected a benchmark result \(a JSON object\), got array"
+    ):
+        schema.load_result(path)
+
+
+def test_check_result_names_where_the_result_came_from():
+    with pytest.raises(ValueError, match=r"^run\(\): missing key 'schema'"):
+        schema.check_result({}, "run()")
+    good = recorded.cpu_bench()
+    assert schema.check_result(good) is good

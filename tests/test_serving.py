@@ -237,7 +237,7 @@ def test_serving_figures_draw_and_check_their_input(numpy_model):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvtutor import serving_plots
+    from kvtutor.plots import serving as serving_plots
 
     requests = [(0, [1], 6), (0, [2], 2), (1, [3, 4], 3), (4, [5], 0)]
     traces = [run_serving(numpy_model, requests, 2, p) for p in ("static", "continuous")]
@@ -285,17 +285,17 @@ def test_a_prompt_of_m_minus_1_and_two_new_tokens_fits(numpy_model):
 
 def test_one_request_takes_one_slot_however_large_the_batch(numpy_model, monkeypatch):
     """max_batch_size=10**6 used to allocate a million caches (8-20 s, 1.8 GB) for one request."""
-    from kvtutor import serving
+    from kvtutor import backends
 
     made = []
-    original = serving._NumpyEngine.__init__
+    original = backends.LoopedSlots.__init__
 
     def counting(self, model, n_slots, capacity):
         made.append((n_slots, capacity))
         assert n_slots <= 1000, "one cache per slot: this would take seconds and gigabytes"
         original(self, model, n_slots, capacity)
 
-    monkeypatch.setattr(serving._NumpyEngine, "__init__", counting)
+    monkeypatch.setattr(backends.LoopedSlots, "__init__", counting)
     trace = run_serving(numpy_model, [(0, [1, 2, 3], 4)], max_batch_size=10**6)
     assert made == [(1, 3 + 4 - 1)]  # one slot, sized for the positions the request uses
     assert trace.max_batch_size == 10**6 and trace.outputs == [numpy_model.generate([1, 2, 3], 4)]

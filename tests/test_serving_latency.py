@@ -309,7 +309,7 @@ def test_latency_figures_draw_label_units_and_check_their_input(model):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvtutor import serving_plots
+    from kvtutor.plots import serving as serving_plots
 
     trace = run_serving(model, TINY, 2)
     rows = batch_size_sweep(model, TINY, [1, 2, 3, 4])

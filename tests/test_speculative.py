@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.serving import (
+from kvtutor.speculative import (
     ModelDraft,
     PromptLookupDraft,
     SpeculativeResult,

@@ -10,6 +10,7 @@ import pytest
 from kvtutor.numpy_model import (
     apply_mask,
     attend,
+    attention_core,
     attention_scores,
     attention_weights,
     causal_mask,
@@ -120,6 +121,27 @@ def test_attend_mixes_value_rows():
     a_HTS = np.array([[[1.0, 0.0], [0.25, 0.75]]])
     v_HSK = np.array([[[1.0, 2.0], [3.0, 4.0]]])
     np.testing.assert_allclose(attend(a_HTS, v_HSK), [[[1.0, 2.0], [2.5, 3.5]]])
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize(("n_new", "n_keys"), [(5, 5), (1, 5), (3, 7)])
+def test_attention_core_is_causal_softmax_attention_per_query_head(n_heads, n_kv_heads, n_new, n_keys):
+    """Query t (at position S - T + t) mixes the value rows 0 .. S - T + t of its KV head."""
+    q_HTK = rng.standard_normal((n_heads, n_new, 4))
+    k_HSK, v_HSK = rng.standard_normal((2, n_kv_heads, n_keys, 4))
+    trace: dict = {}
+    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace)
+    assert o_HTK.shape == (n_heads, n_new, 4)
+    group = n_heads // n_kv_heads
+    for h in range(n_heads):
+        for t in range(n_new):
+            seen = n_keys - n_new + t + 1
+            k_SK, v_SK = k_HSK[h // group, :seen], v_HSK[h // group, :seen]
+            w_S = softmax(k_SK @ q_HTK[h, t] / 2.0)
+            np.testing.assert_allclose(o_HTK[h, t], w_S @ v_SK, rtol=1e-10)
+            np.testing.assert_allclose(trace["a_HTS"][h, t, :seen], w_S, rtol=1e-10)
+            assert (trace["a_HTS"][h, t, seen:] == 0).all()
+    assert trace["scores_HTS"].shape == (n_heads, n_new, n_keys)
 
 
 def test_gelu_is_the_tanh_approximation():

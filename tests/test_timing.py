@@ -137,3 +137,10 @@ def test_count_ops_counts_operators_not_views():
     assert counts == {"add": 1, "mul": 1}  # the transpose and the slice are views: no work
     with pytest.raises(TypeError, match="^fn:"):
         timing.count_ops(None)
+
+
+def test_dtypes_come_from_the_registry_and_the_load_average_is_public():
+    m = timing.measure_matmul_flops(8, 8, 8, "cpu", "fp32", min_run_time=0.0)
+    assert m["dtype"] == "float32"  # an alias of validate.DTYPES, named canonically
+    load = timing.load_average()
+    assert load is None or (isinstance(load, float) and load >= 0)

@@ -17,6 +17,8 @@ import kvtutor
 
 torch = pytest.importorskip("torch")
 
+from kvtutor import torch_engine as engine  # noqa: E402
+from kvtutor import torch_mirror as mirror  # noqa: E402
 from kvtutor import torch_model as tmod  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -65,7 +67,7 @@ def test_forward_prefill_decode_and_without_cache(case):
     ref = numpy_model.logits_without_cache(IDS[:12])
     close(model.logits_without_cache([IDS[:12]])[0], ref, dt)
     close(model.forward([IDS[:12]])[0], ref, dt)
-    for kind in ("static", "concat"):
+    for kind in ("preallocated", "concat"):
         cache = model.new_cache(1, 16, kind)
         close(model.prefill([IDS[:6]], cache)[0], ref[:6], dt)
         for i in range(6, 12):
@@ -101,7 +103,7 @@ def test_ragged_rows_prefill_row_active_and_rollback(case):
     assert cache.host_lengths == [0, 2]
 
 
-@pytest.mark.parametrize("kind", ["static", "concat"])
+@pytest.mark.parametrize("kind", ["preallocated", "concat"])
 def test_generate_is_greedy(case, kind):
     numpy_model, model, dt = case
     out = model.generate([IDS[:4], IDS[5:9]], 9, cache_kind=kind)
@@ -156,11 +158,11 @@ def test_compile_decode_crosses_key_buckets_with_ragged_rows(case, mode):
 
 
 def test_key_buckets():
-    assert tmod.key_buckets(64) == [64]
-    assert tmod.key_buckets(150) == [64, 128, 150]
-    assert tmod.key_buckets(4096) == [64, 128, 256, 512, 1024, 2048, 4096]
-    assert tmod.key_buckets(10) == [10]
-    assert [tmod.bucket_for(n, 150) for n in (1, 64, 65, 128, 129, 150)] == [64, 64, 128, 128, 150, 150]
+    assert engine.key_buckets(64) == [64]
+    assert engine.key_buckets(150) == [64, 128, 150]
+    assert engine.key_buckets(4096) == [64, 128, 256, 512, 1024, 2048, 4096]
+    assert engine.key_buckets(10) == [10]
+    assert [engine.bucket_for(n, 150) for n in (1, 64, 65, 128, 129, 150)] == [64, 64, 128, 128, 150, 150]
 
 
 def test_padded_lm_head_gives_the_same_logits(monkeypatch):
@@ -189,13 +191,13 @@ def test_fast_decode_survives_a_non_contiguous_attention_output(monkeypatch):
     of it failed); the fast step must not assume the layout."""
     numpy_model = kvtutor.NumpyModel.random(CONFIGS["mha-k5"], seed=3)
     model = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
-    real = tmod.sdpa
+    real = engine.sdpa
 
     def odd_layout(*args, **kwargs):
         o = real(*args, **kwargs)  # (B, H, T, K)
         return o.permute(3, 0, 1, 2).contiguous().permute(1, 2, 3, 0)  # same values, K outermost
 
-    monkeypatch.setattr(tmod, "sdpa", odd_layout)
+    monkeypatch.setattr(engine, "sdpa", odd_layout)
     for batch in (1, 2):
         cache = model.new_cache(batch, 20)
         model.prefill([IDS[:5]] * batch, cache)
@@ -206,9 +208,9 @@ def test_fast_decode_survives_a_non_contiguous_attention_output(monkeypatch):
 def test_bad_temperature_and_a_cache_longer_than_the_model():
     logits = torch.zeros(1, 5)
     with pytest.raises(ValueError, match=r"^temperature: expected >= 0 and finite"):
-        tmod.sample(logits, float("nan"))
+        mirror.sample(logits, float("nan"))
     with pytest.raises(TypeError, match=r"^temperature: expected a float"):
-        tmod.sample(logits, "hot")
+        mirror.sample(logits, "hot")
     model = kvtutor.TorchModel.random(CONFIGS["gqa-k3"], device="cpu")
     bigger = kvtutor.TorchModel.random(
         kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=4, n_layers=2, max_seq_len=320, n_kv_heads=2),

@@ -4,6 +4,7 @@ the CUDA fast paths are tested only where a GPU is present."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -15,8 +16,12 @@ import kvtutor
 
 torch = pytest.importorskip("torch")
 
-from kvtutor import torch_model as tmod  # noqa: E402
+from kvtutor import torch_engine as engine  # noqa: E402
+from kvtutor import torch_mirror as mirror  # noqa: E402
+from kvtutor import validate  # noqa: E402
+from kvtutor.gpt2_weights import GPT2Weights  # noqa: E402
 from kvtutor.numpy_model import causal_mask as np_causal_mask  # noqa: E402
+from kvtutor.torch_cache import TorchPreallocatedKVCache  # noqa: E402
 
 ATOL = 2e-5
 IDS = [5, 17, 3, 40, 0, 42, 8, 8, 21, 33, 1, 49]
@@ -54,7 +59,7 @@ def np_(t) -> np.ndarray:
 
 def snapshot(cache) -> tuple:
     """Lengths (device and host) and a copy of every tensor the cache holds."""
-    if cache.kind == "static":
+    if cache.kind == "preallocated":
         tensors = [cache.k_LBHMK.clone(), cache.v_LBHMK.clone()]
     else:
         tensors = [t.clone() for t in cache._k + cache._v]
@@ -89,7 +94,7 @@ def test_import_kvtutor_does_not_import_torch():
 def test_defaults_on_cpu(model):
     assert model.device == torch.device("cpu") and model.dtype == torch.float32
     expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert tmod.default_device().type == expected
+    assert validate.default_device() == expected
 
 
 def test_weights_are_fused_and_stored_along_their_longer_side_on_a_cpu(model):
@@ -102,7 +107,7 @@ def test_weights_are_fused_and_stored_along_their_longer_side_on_a_cpu(model):
     assert ly.w_qkv.is_contiguous() and ly.w_fc.is_contiguous() and ly.w_o.is_contiguous()
     assert ly.w_proj.mT.is_contiguous() and not ly.w_proj.is_contiguous()
     assert model.wte_VD.mT.is_contiguous()  # the LM head streams [D, V] rows of length V
-    assert model._row_major(4, 8) and not model._row_major(8, 4)
+    assert model.row_major(4, 8) and not model.row_major(8, 4)
     assert (ly.w_q.shape, ly.w_k.shape, ly.w_v.shape) == ((16, 16), (16, kv), (16, kv))
     assert ly.w_k.untyped_storage().data_ptr() == ly.w_qkv.untyped_storage().data_ptr()  # views
     assert torch.equal(ly.w_k, ly.w_qkv[:, cfg.d_model : cfg.d_model + kv])
@@ -137,9 +142,9 @@ def test_large_logits_equal_numpy():
 
 def test_gelu_inplace_equals_gelu():
     x = torch.linspace(-4, 4, 101)
-    ref = tmod.gelu(x)
+    ref = mirror.gelu(x)
     y = x.clone()
-    assert tmod.gelu(y, inplace=True) is y
+    assert mirror.gelu(y, inplace=True) is y
     torch.testing.assert_close(y, ref)
     np.testing.assert_allclose(ref.numpy(), kvtutor.numpy_model.gelu(x.numpy()), atol=1e-6)
 
@@ -174,6 +179,7 @@ def test_bf16_runs_on_cpu():
     numpy_model, _ = _models("mha")
     ours = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype=torch.bfloat16)
     assert ours.dtype == torch.bfloat16 and ours.new_cache(1).k_LBHMK.dtype == torch.bfloat16
+    assert kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype="bf16").dtype == torch.bfloat16
     logits = ours.logits_without_cache([IDS])
     assert logits.dtype == torch.bfloat16
     np.testing.assert_allclose(np_(logits)[0], numpy_model.logits_without_cache(IDS), atol=0.05)
@@ -186,11 +192,11 @@ def test_step_functions_mirror_numpy():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 12)).astype(np.float32)
     xt = torch.from_numpy(x)[None]
-    assert torch.equal(tmod.split_heads(xt, 3)[0], torch.from_numpy(x.reshape(5, 3, 4).transpose(1, 0, 2)))
-    assert torch.equal(tmod.merge_heads(tmod.split_heads(xt, 3)), xt)
+    assert torch.equal(mirror.split_heads(xt, 3)[0], torch.from_numpy(x.reshape(5, 3, 4).transpose(1, 0, 2)))
+    assert torch.equal(mirror.merge_heads(mirror.split_heads(xt, 3)), xt)
     for t, s in [(1, 1), (1, 6), (3, 3), (3, 7)]:
-        assert np.array_equal(tmod.causal_mask(t, s).numpy(), np_causal_mask(t, s))
-    ragged = tmod.ragged_causal_mask(torch.tensor([0, 4]), 3, 7)
+        assert np.array_equal(mirror.causal_mask(t, s).numpy(), np_causal_mask(t, s))
+    ragged = mirror.ragged_causal_mask(torch.tensor([0, 4]), 3, 7)
     assert ragged.shape == (2, 1, 3, 7)
     assert np.array_equal(ragged[1, 0].numpy(), np_causal_mask(3, 7))
     assert np.array_equal(ragged[0, 0].numpy(), np.pad(np_causal_mask(3, 3), ((0, 0), (0, 4))))
@@ -204,15 +210,15 @@ def test_sdpa_equals_the_explicit_steps(n_cached, group_size):
     q = torch.randn(2, n_heads, n_new, d_head, generator=gen)
     k = torch.randn(2, n_heads // group_size, n_cached + n_new, d_head, generator=gen)
     v = torch.randn(2, n_heads // group_size, n_cached + n_new, d_head, generator=gen)
-    mask = tmod.causal_mask(n_new, n_cached + n_new)
-    a = tmod.attention_weights(
-        tmod.attention_scores(q, tmod.repeat_kv(k, group_size)), d_head, mask
+    mask = mirror.causal_mask(n_new, n_cached + n_new)
+    a = mirror.attention_weights(
+        mirror.attention_scores(q, mirror.repeat_kv(k, group_size)), d_head, mask
     )  # fmt: skip
-    ref = tmod.attend(a, tmod.repeat_kv(v, group_size))
-    got = tmod.sdpa(q, k, v, mask, False, group_size)
+    ref = mirror.attend(a, mirror.repeat_kv(v, group_size))
+    got = mirror.sdpa(q, k, v, mask, False, group_size)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
     if n_cached == 0:
-        torch.testing.assert_close(tmod.sdpa(q, k, v, None, True, group_size), ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(mirror.sdpa(q, k, v, None, True, group_size), ref, atol=1e-5, rtol=1e-5)
 
 
 def test_logits_without_cache_equal_numpy(pair):
@@ -222,7 +228,7 @@ def test_logits_without_cache_equal_numpy(pair):
         np.testing.assert_allclose(got, numpy_model.logits_without_cache(IDS[:n]), atol=ATOL)
 
 
-@pytest.mark.parametrize("kind", ["static", "concat"])
+@pytest.mark.parametrize("kind", ["preallocated", "concat"])
 def test_prefill_decode_and_chunks_equal_numpy(pair, kind):
     numpy_model, ours = pair
     ref = numpy_model.logits_without_cache(IDS)
@@ -250,7 +256,7 @@ def test_cache_contents_equal_numpy_per_layer(pair):
 
 def test_generate_equals_numpy(pair):
     numpy_model, ours = pair
-    for kind in ("static", "concat"):
+    for kind in ("preallocated", "concat"):
         got = ours.generate([IDS[:3]], 10, cache_kind=kind)
         assert got.dtype == torch.long and got.shape == (1, 10)
         assert got[0].tolist() == numpy_model.generate(IDS[:3], 10)
@@ -311,7 +317,7 @@ def _alone(model, prompt, tokens):
     return [model.decode_step([t], cache)[0] for t in tokens]
 
 
-@pytest.mark.parametrize("kind", ["static", "concat"])
+@pytest.mark.parametrize("kind", ["preallocated", "concat"])
 def test_batched_decode_equals_per_row(pair, kind):
     numpy_model, ours = pair
     prompts = [IDS[:4], IDS[4:8], IDS[8:12]]
@@ -388,7 +394,7 @@ def test_inactive_rows_are_not_advanced(model):
     torch.testing.assert_close(logits[0], _alone(model, IDS[:3], [7])[0], atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["static", "concat"])
+@pytest.mark.parametrize("kind", ["preallocated", "concat"])
 def test_truncate_then_decode_equals_fresh(model, kind):
     cache = model.new_cache(2, kind=kind)
     model.prefill([IDS[:5], IDS[5:10]], cache)
@@ -414,9 +420,9 @@ def test_truncate_one_row(model):
     torch.testing.assert_close(logits[1], _alone(model, IDS[6:12], [41])[0], atol=ATOL, rtol=0)
 
 
-def test_static_equals_concat(pair):
+def test_preallocated_equals_concat(pair):
     _, ours = pair
-    caches = [ours.new_cache(2, kind=k) for k in ("static", "concat")]
+    caches = [ours.new_cache(2, kind=k) for k in ("preallocated", "concat")]
     outs = [[ours.prefill([IDS[:4], IDS[4:8]], c)] for c in caches]
     for t in range(5):
         for out, c in zip(outs, caches, strict=True):
@@ -429,16 +435,75 @@ def test_static_equals_concat(pair):
 
 def test_cache_sizes(model):
     cfg = model.config
-    static = model.new_cache(3, 10)
-    assert static.k_LBHMK.shape == (cfg.n_layers, 3, cfg.n_kv_heads, 10, cfg.d_head)
-    assert static.batch_size == 3 and static.capacity == 10 and static.kind == "static"
-    assert static.nbytes == 2 * cfg.n_layers * 3 * cfg.n_kv_heads * 10 * cfg.d_head * 4
+    prealloc = model.new_cache(3, 10)
+    assert prealloc.k_LBHMK.shape == (cfg.n_layers, 3, cfg.n_kv_heads, 10, cfg.d_head)
+    assert prealloc.batch_size == 3 and prealloc.capacity == 10 and prealloc.kind == "preallocated"
+    assert isinstance(prealloc, TorchPreallocatedKVCache)
+    assert prealloc.nbytes == 2 * cfg.n_layers * 3 * cfg.n_kv_heads * 10 * cfg.d_head * 4
     assert model.new_cache(1).capacity == cfg.max_seq_len
     concat = model.new_cache(3, 10, kind="concat")
     assert concat.nbytes == 0
     model.prefill([IDS[:4]] * 3, concat)
     assert concat.nbytes == 2 * cfg.n_layers * 3 * cfg.n_kv_heads * 4 * cfg.d_head * 4
     assert concat.capacity == 10 and concat.kind == "concat"
+
+
+def test_check_cache_names_the_kind_it_wants(model):
+    cache = model.new_cache(capacity=8)
+    assert cache.batch_size == 1 and model.check_cache(cache) is cache
+    assert model.check_cache(cache, kind="preallocated") is cache
+    concat = model.new_cache(2, 8, kind="concat")
+    with pytest.raises(ValueError, match=r"^cache: expected a kind='preallocated' cache, got kind='concat'"):
+        model.check_cache(concat, kind="preallocated")
+
+
+def test_both_fast_steps_equal_the_mirror_functions(pair):
+    """The engine's two decode steps, the fused eager one (the CPU's) and the fixed-shape one (what
+    CUDA graphs replay), against the mirror functions (a forward pass of one token) on the same
+    prefilled caches: the same logits, the same keys and values written."""
+    _, ours = pair
+    mirror_c, fast_c, fixed_c = (ours.new_cache(2, 20) for _ in range(3))
+    for c in (mirror_c, fast_c, fixed_c):
+        ours.prefill([IDS[:5], IDS[5:10]], c)
+    with torch.inference_mode():
+        for t in range(3):
+            ids_B = torch.tensor([t, t + 7])
+            ref = ours.forward(ids_B[:, None], mirror_c)[:, 0]
+            torch.testing.assert_close(engine.decode_fast(ours, ids_B, fast_c), ref, atol=ATOL, rtol=0)
+            for n_keys in (fixed_c.host_lengths[0] + 1, 20):  # the tightest stretch, the whole cache
+                got = engine.decode_fixed(ours, ids_B, fixed_c, n_keys)
+                torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
+            fixed_c.advance(1)  # the fixed step leaves the lengths to its caller
+    assert mirror_c.host_lengths == fast_c.host_lengths == fixed_c.host_lengths == [8, 8]
+    assert fast_c.lengths.tolist() == fixed_c.lengths.tolist() == [8, 8]
+    for layer in range(ours.config.n_layers):
+        for c in (fast_c, fixed_c):
+            torch.testing.assert_close(c.keys(layer), mirror_c.keys(layer), atol=ATOL, rtol=0)
+            torch.testing.assert_close(c.values(layer), mirror_c.values(layer), atol=ATOL, rtol=0)
+
+
+def test_first_layers_is_a_layer_cut_model_sharing_the_weights(pair):
+    numpy_model, ours = pair
+    cut = ours.first_layers(1)
+    assert cut.config.n_layers == 1 and ours.config.n_layers == numpy_model.config.n_layers
+    assert cut.layers[0].w_qkv is ours.layers[0].w_qkv and cut.wte_VD is ours.wte_VD
+    w = numpy_model.weights
+    ref = kvtutor.NumpyModel(
+        dataclasses.replace(numpy_model.config, n_layers=1),
+        GPT2Weights(w.wte_VD, w.wpe_MD, w.layers[:1], w.lnf_g, w.lnf_b),
+    )
+    np.testing.assert_allclose(
+        np_(cut.logits_without_cache([IDS]))[0], ref.logits_without_cache(IDS), atol=ATOL
+    )
+    cache = cut.new_cache(1)
+    assert cache.n_layers == 1
+    cut.prefill([IDS[:5]], cache)
+    np.testing.assert_allclose(
+        np_(cut.decode_step([IDS[5]], cache))[0], ref.logits_without_cache(IDS[:6])[-1], atol=ATOL
+    )  # the fused step reads the cut model's layers only
+    assert cut.generate([IDS[:3]], 5)[0].tolist() == ref.generate(IDS[:3], 5)
+    with pytest.raises(ValueError, match=r"^n_layers: expected 1 <= n_layers <= "):
+        ours.first_layers(0)
 
 
 def test_compiled_decode_on_cpu_equals_decode_step(model):
@@ -490,7 +555,7 @@ def test_compiled_decode_with_torch_compile_on_cpu(model):
 # ---------------------------------------------------------------- errors leave the cache unchanged
 
 
-def _filled(model, kind="static"):
+def _filled(model, kind="preallocated"):
     cache = model.new_cache(2, 10, kind=kind)
     model.prefill([IDS[:4], IDS[4:8]], cache)
     return cache
@@ -513,7 +578,7 @@ BAD_FORWARD = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["static", "concat"])
+@pytest.mark.parametrize("kind", ["preallocated", "concat"])
 @pytest.mark.parametrize(("ids", "error", "match"), BAD_FORWARD)
 def test_bad_forward_leaves_cache_unchanged(model, kind, ids, error, match):
     cache = _filled(model, kind)
@@ -623,24 +688,29 @@ def test_bad_cache_operations_leave_cache_unchanged(model):
         lambda: model.decode_step([1, 2], concat, active=[True, False]),
         lambda: model.compile_decode(concat),
     ):
-        with pytest.raises(ValueError, match="^(row|active|cache): .*(concat|static)"):
+        with pytest.raises(ValueError, match="^(row|active|cache): .*(concat|preallocated)"):
             call()
         assert_unchanged(before, concat)
 
 
 def test_bad_constructor_and_cache_arguments(model):
     cases = [
-        (lambda: model.new_cache(0), ValueError, r"^batch_size: expected >= 1, got 0"),
+        (lambda: model.new_cache(0), ValueError, r"^batch_size: expected an int >= 1, got 0"),
+        (
+            lambda: model.new_cache("concat"),
+            TypeError,
+            r"^batch_size: expected an int, got str 'concat' \(the kind is a keyword argument",
+        ),
         (lambda: model.new_cache(1.0), TypeError, r"^batch_size: expected an int"),
         (
             lambda: model.new_cache(1, 25),
             ValueError,
-            r"^max_seq_len: expected 1 <= max_seq_len <= 24, got 25",
+            r"^capacity: expected 1 <= capacity <= 24, got 25",
         ),
         (
             lambda: model.new_cache(1, kind="paged"),
             ValueError,
-            r"^kind: expected one of \['concat', 'static'\]",
+            r"^kind: expected one of \['concat', 'preallocated'\]",
         ),
         (lambda: model.generate([IDS[:3]], 30), ValueError, r"^max_new_tokens: prompt of 3 \+ 30 new tokens"),
         (lambda: model.generate([IDS[:3]], 2.0), TypeError, r"^max_new_tokens: expected an int"),
@@ -663,9 +733,19 @@ def test_bad_constructor_and_cache_arguments(model):
             TypeError,
             r"^dtype: expected a floating",
         ),
+        (
+            lambda: kvtutor.TorchModel.random(CONFIGS["mha"], dtype="int8"),
+            TypeError,
+            r"^dtype: expected a floating",
+        ),
+        (
+            lambda: kvtutor.TorchModel.random(CONFIGS["mha"], dtype="fp9"),
+            ValueError,
+            r"^dtype: expected one of",
+        ),
         (lambda: kvtutor.TorchModel.random(CONFIGS["mha"], device="gpu"), ValueError, r"^device: expected"),
         (
-            lambda: tmod.sample(torch.zeros(1, 3), temperature=-1.0),
+            lambda: mirror.sample(torch.zeros(1, 3), temperature=-1.0),
             ValueError,
             r"^temperature: expected >= 0",
         ),
@@ -685,9 +765,9 @@ def test_bad_constructor_and_cache_arguments(model):
 
 def test_sample(model):
     logits = torch.tensor([[0.0, 3.0, 1.0], [5.0, 0.0, 0.0]])
-    assert tmod.sample(logits).tolist() == [1, 0]
+    assert mirror.sample(logits).tolist() == [1, 0]
     gen = torch.Generator().manual_seed(0)
-    draws = torch.stack([tmod.sample(logits, 1.0, gen) for _ in range(200)])
+    draws = torch.stack([mirror.sample(logits, 1.0, gen) for _ in range(200)])
     assert draws.min() >= 0 and draws.max() <= 2 and (draws[:, 0] == 1).float().mean() > 0.6
 
 

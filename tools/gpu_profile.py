@@ -17,7 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kvtutor import bench
-from kvtutor.torch_model import bucket_for
+from kvtutor.torch_engine import bucket_for, decode_fixed
 
 OUT = os.environ.get("OUT", ".")
 DEVICE = os.environ.get("DEVICE", "cuda")
@@ -28,7 +28,6 @@ name, capacity, context = ("tiny", 128, 16) if TINY else ("gpt2-1.3b", 4096, 16)
 model = bench.make_model(name, DEVICE, "float32" if DEVICE == "cpu" else "bfloat16")
 cache = model.new_cache(1, capacity)
 model.prefill(torch.randint(0, model.config.vocab_size, (1, context), device=DEVICE), cache)
-cache._positions_M = torch.arange(capacity, device=DEVICE)
 ids_B = torch.tensor([1], device=DEVICE)
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
 sort = "cuda_time_total" if DEVICE == "cuda" else "cpu_time_total"
@@ -43,12 +42,12 @@ summary = {
 for label, n_keys in (("whole", capacity), ("bucket", bucket_for(context + 1, capacity))):
     with torch.inference_mode():
         for _ in range(3):  # warm-up (kernel selection, cuDNN plans)
-            model._decode_fixed(ids_B, cache, n_keys)
+            decode_fixed(model, ids_B, cache, n_keys)
         if DEVICE == "cuda":
             torch.cuda.synchronize()
         with profile(activities=activities) as prof:
             for _ in range(5):
-                model._decode_fixed(ids_B, cache, n_keys)
+                decode_fixed(model, ids_B, cache, n_keys)
             if DEVICE == "cuda":
                 torch.cuda.synchronize()
     table = prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70)

@@ -26,11 +26,11 @@ V there are the key and value matrices); the code's suffixes keep K and V.
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
 from .config import TOY_CONFIG, ModelConfig
+from .extras import installed, missing_extra
 from .llama import LlamaConfig, LlamaModel
 from .numpy_model import NumpyModel
 from .tokenizer import ToyTokenizer
@@ -53,28 +53,8 @@ __all__ = [
     "load_toy_tokenizer",
 ]
 
-# What to install when an optional import is missing: the module's name -> kvtutor's extra.
-_EXTRAS = {"torch": "torch", "tqdm": "torch", "matplotlib": "plots"}
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _missing_extra(exc: ModuleNotFoundError, what: str) -> ModuleNotFoundError | None:
-    """For a missing optional module, an error that names the extra to install; else None."""
-    extra = _EXTRAS.get(exc.name or "")
-    if extra is None:
-        return None
-    message = f"{what} needs {exc.name}, which is not installed: pip install 'kvtutor[{extra}]'"
-    return ModuleNotFoundError(message, name=exc.name)
-
-
 # torch is optional: kvtutor imports without it, TorchModel needs it (and `import *` offers it only then)
-if _installed("torch"):
+if installed("torch"):
     __all__.append("TorchModel")
 
 
@@ -83,7 +63,7 @@ def __getattr__(name: str) -> Any:
         try:
             from .torch_model import TorchModel
         except ModuleNotFoundError as exc:
-            error = _missing_extra(exc, "kvtutor.TorchModel")
+            error = missing_extra(exc, "kvtutor.TorchModel")
             if error is None:
                 raise
             raise error from None

@@ -21,13 +21,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import importlib
 
-    from . import _missing_extra
+    from .extras import missing_extra
 
     try:
         module = importlib.import_module(COMMANDS[argv[0]][0])
         return int(module.main(argv[1:]) or 0)
     except ModuleNotFoundError as exc:
-        error = _missing_extra(exc, f"python -m kvtutor {argv[0]}")
+        error = missing_extra(exc, f"python -m kvtutor {argv[0]}")
         if error is None:
             raise
         print(f"error: {error}", file=sys.stderr)

@@ -20,7 +20,15 @@ import numpy as np
 
 from .validate import check_float_dtype, check_int
 
-__all__ = ["KVCache", "CacheBase", "PreallocatedKVCache", "ConcatKVCache", "CACHE_KINDS", "make_cache", "check_cache"]
+__all__ = [
+    "KVCache",
+    "CacheBase",
+    "PreallocatedKVCache",
+    "ConcatKVCache",
+    "CACHE_KINDS",
+    "make_cache",
+    "check_cache",
+]
 
 
 @runtime_checkable
@@ -49,10 +57,7 @@ def check_cache_args(n_layers: int, n_kv_heads: int, capacity: int, d_head: int,
     for name, value in (
         ("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("capacity", capacity), ("d_head", d_head)
     ):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
-        if value < 1:
-            raise ValueError(f"{name}: expected a positive int, got {value}")
+        check_int(name, value, 1)
     return check_float_dtype(dtype)
 
 
@@ -72,8 +77,7 @@ class CacheBase:
         raise NotImplementedError
 
     def _check_layer(self, layer: int) -> None:
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
-            raise TypeError(f"layer: expected an int, got {type(layer).__name__}")
+        check_int("layer", layer)
         if not 0 <= layer < self.n_layers:
             raise ValueError(f"layer: expected 0 <= layer < {self.n_layers}, got {layer}")
 
@@ -102,20 +106,13 @@ class CacheBase:
     def advance(self, n_tokens: int) -> None:
         """Commit the rows that ``update`` wrote for every layer: the length grows by n_tokens."""
         pending = min(self._pending)
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)):
-            raise TypeError(f"n_tokens: expected an int, got {type(n_tokens).__name__}")
+        n_tokens = check_int("n_tokens", n_tokens)
         if n_tokens != pending or max(self._pending) != pending:
             raise ValueError(
                 f"n_tokens: expected the {pending} rows written to every layer by update(), got {n_tokens}"
             )
-        self._length += int(n_tokens)
+        self._length += n_tokens
         self._pending = [0] * self.n_layers
-
-    def _check_count(self, name: str, value: int, low: int, high: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-        if not low <= value <= high:
-            raise ValueError(f"{name}: expected {low} <= {name} <= {high}, got {value}")
 
 
 class PreallocatedKVCache(CacheBase):
@@ -160,8 +157,7 @@ class PreallocatedKVCache(CacheBase):
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (rolls back rejected draft tokens)."""
-        self._check_count("length", length, 0, self._length)
-        self._length = int(length)
+        self._length = check_int("length", length, 0, self._length)
         self._pending = [0] * self.n_layers
 
     @property
@@ -207,11 +203,10 @@ class ConcatKVCache(CacheBase):
         return self._k[layer], self._v[layer]
 
     def truncate(self, length: int) -> None:
-        self._check_count("length", length, 0, self._length)
-        self._length = int(length)
+        self._length = check_int("length", length, 0, self._length)
         self._pending = [0] * self.n_layers
-        self._k = [k[:, :length] for k in self._k]
-        self._v = [v[:, :length] for v in self._v]
+        self._k = [k[:, : self._length] for k in self._k]
+        self._v = [v[:, : self._length] for v in self._v]
 
     @property
     def nbytes(self) -> int:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .config import ModelConfig
+from .validate import check_int, dtype_info
 
 __all__ = [
     "Cost",
@@ -50,14 +51,6 @@ __all__ = [
     "DATASHEETS",
 ]
 
-_DTYPE_BYTES = {
-    "float64": 8, "fp64": 8, "double": 8,
-    "float32": 4, "fp32": 4, "float": 4,
-    "float16": 2, "fp16": 2, "half": 2,
-    "bfloat16": 2, "bf16": 2,
-    "int8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}  # fmt: skip
-
 
 def bytes_per_element(dtype: Any) -> int:
     """A dtype (``4``, ``"bf16"``, ``"float32"``, ``np.float32``, ``torch.bfloat16``) -> its size in bytes."""
@@ -67,27 +60,16 @@ def bytes_per_element(dtype: Any) -> int:
         if dtype < 1:
             raise ValueError(f"dtype: expected a positive number of bytes, got {dtype}")
         return dtype
-    itemsize = getattr(dtype, "itemsize", None)  # numpy dtypes, torch dtypes
-    if isinstance(itemsize, int):
-        return itemsize
-    name = str(getattr(dtype, "__name__", dtype)).removeprefix("torch.").removeprefix("numpy.").lower()
-    if name not in _DTYPE_BYTES:
-        raise ValueError(f"dtype: expected one of {sorted(_DTYPE_BYTES)} or a dtype, got {dtype!r}")
-    return _DTYPE_BYTES[name]
+    info = dtype_info(dtype)
+    if info.bits % 8:
+        raise ValueError(f"dtype: expected a whole number of bytes per element, got {info.name}")
+    return info.bits // 8
 
 
 def _check_config(config: Any) -> ModelConfig:
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
     return config
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy ints are Integral
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name}: expected an int >= {low}, got {value}")
-    return int(value)
 
 
 def _check_positive(name: str, value: Any) -> float:
@@ -134,7 +116,7 @@ class Cost:
         return Cost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
     def __mul__(self, n: int) -> Cost:
-        n = _check_int("n", n, 0)
+        n = check_int("n", n, 0)
         return Cost(**{f.name: getattr(self, f.name) * n for f in fields(self)})
 
     __rmul__ = __mul__
@@ -150,8 +132,8 @@ def kv_cache_bytes(config: ModelConfig, n_tokens: int, batch_size: int = 1, dtyp
     """Bytes of keys and values for n_tokens in each of batch_size sequences:
     2 x L x Hkv x K x tokens x B x bytes per element."""
     cfg = _check_config(config)
-    n_tokens = _check_int("n_tokens", n_tokens, 0)
-    batch_size = _check_int("batch_size", batch_size, 1)
+    n_tokens = check_int("n_tokens", n_tokens, 0)
+    batch_size = check_int("batch_size", batch_size, 1)
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.d_head * n_tokens * batch_size * bytes_per_element(dtype)
 
 
@@ -185,9 +167,9 @@ def layer_cost(
     or written to one (n_past must then be 0).
     """
     cfg = _check_config(config)
-    t = _check_int("n_new", n_new, 1)
-    past = _check_int("n_past", n_past, 0)
-    b = _check_int("batch_size", batch_size, 1)
+    t = check_int("n_new", n_new, 1)
+    past = check_int("n_past", n_past, 0)
+    b = check_int("batch_size", batch_size, 1)
     if not cached and past:
         raise ValueError(
             f"n_past: expected 0 without a cache (cached=False), got {past}"
@@ -244,7 +226,7 @@ def prefill_cost(
 
 def decode_cost(config: ModelConfig, context_len: int, batch_size: int = 1, dtype: Any = 4) -> Cost:
     """One decode step: T = 1 new token attending to S = context_len keys (the new one included)."""
-    context_len = _check_int("context_len", context_len, 1)
+    context_len = check_int("context_len", context_len, 1)
     return forward_cost(config, 1, context_len - 1, batch_size, dtype)
 
 
@@ -265,8 +247,8 @@ def generation_costs(
     O(context^2) attention, with logits only for the last position.
     """
     cfg = _check_config(config)
-    p = _check_int("prompt_len", prompt_len, 1)
-    n = _check_int("n_new", n_new, 0)
+    p = check_int("prompt_len", prompt_len, 1)
+    n = check_int("n_new", n_new, 0)
     if p + n - 1 > cfg.max_seq_len:
         raise ValueError(
             f"n_new: prompt of {p} + {n} new tokens needs {p + n - 1} "

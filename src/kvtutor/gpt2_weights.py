@@ -7,7 +7,9 @@ names them, and split / join at the boundary.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -318,3 +320,63 @@ def weights_from_state_dict(
     if hf_config is not None:
         check_against_hf_config(config, hf_config)
     return config, _build(arrays, config)
+
+
+# ---------------------------------------------------------------- transformers' GPT-2
+
+
+def hf_gpt2_config(config: ModelConfig) -> Any:
+    """transformers' ``GPT2Config`` for a ``ModelConfig``: the same sizes, GELU (tanh), no dropout, no
+    special tokens (imports transformers)."""
+    import transformers
+
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
+    if config.n_kv_heads != config.n_heads:
+        raise ValueError(
+            f"config: expected plain multi-head attention for GPT-2, got n_kv_heads={config.n_kv_heads}"
+        )
+    return transformers.GPT2Config(
+        vocab_size=config.vocab_size, n_positions=config.max_seq_len, n_embd=config.d_model,
+        n_layer=config.n_layers, n_head=config.n_heads, n_inner=config.d_ff,
+        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        layer_norm_epsilon=config.layer_norm_eps, bos_token_id=None, eos_token_id=None,
+        pad_token_id=None, loss_type="ForCausalLM",
+    )  # fmt: skip
+
+
+def build_hf_gpt2(source: Any, device: str = "cpu", dtype: Any = None) -> Any:
+    """transformers' ``GPT2LMHeadModel`` (in eval mode), the one place kvtutor builds it.
+
+    ``source`` is either a ``ModelConfig``: the model gets transformers' own random initialisation
+    (seed ``torch`` first for a reproducible draw); or a model with ``.config`` and
+    ``.to_gpt2_state_dict()`` (``NumpyModel``, ``TorchModel``): the model holds its weights, built
+    directly on ``device`` without a random initialisation (a 1.3B model is never materialised in
+    host memory). ``dtype`` (a name or torch dtype) defaults to float32. Imports torch and transformers.
+    """
+    import torch
+    import transformers
+
+    from .validate import torch_dtype
+
+    dt = torch.float32 if dtype is None else torch_dtype(dtype)
+    if isinstance(source, ModelConfig):
+        hf = transformers.GPT2LMHeadModel(hf_gpt2_config(source))
+        return hf.to(device=device, dtype=dt).eval()
+    if not hasattr(source, "to_gpt2_state_dict"):
+        kind = type(source).__name__
+        raise TypeError(f"source: expected a ModelConfig or a model with to_gpt2_state_dict(), got {kind}")
+    hf_cfg = hf_gpt2_config(source.config)
+    try:  # skip the random init: every weight is overwritten below
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        no_init_weights = getattr(transformers.modeling_utils, "no_init_weights", contextlib.nullcontext)
+    with warnings.catch_warnings(), no_init_weights(), torch.device(device):
+        warnings.simplefilter("ignore")
+        hf = transformers.GPT2LMHeadModel(hf_cfg).to(dt)
+    sd = {k: torch.as_tensor(v) for k, v in source.to_gpt2_state_dict().items()}
+    missing, unexpected = hf.load_state_dict(sd, strict=False)
+    if unexpected or any(not k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing):
+        raise RuntimeError(f"weights do not fit GPT2LMHeadModel: missing {missing}, unexpected {unexpected}")
+    hf.tie_weights()
+    return hf.to(device=device, dtype=dt).eval()

@@ -1,12 +1,11 @@
 """A Llama-style NumPy reference model beside GPT-2: RMSNorm, SwiGLU, RoPE, GQA, an untied LM head.
 
-The steps mirror ``kvtutor.numpy_model`` and reuse its attention core (``split_heads``,
-``repeat_kv``, ``attention_scores``, ``causal_mask``, ``attention_weights``, ``attend``,
-``merge_heads``). What changes is where positions enter: GPT-2 adds a learned row per position to
-the input; Llama adds nothing to the input and instead rotates each query and key by an angle
-proportional to its position (RoPE). The cache holds keys *after* rotation, so a new token's
-position must be the cache length: a token rotated for the wrong position lands among keys rotated
-for theirs, and every score it takes part in is off.
+The steps mirror ``kvtutor.numpy_model`` and reuse its ``split_heads``, ``merge_heads`` and
+``attention_core`` (scores, causal mask, softmax, values, GQA). What changes is where positions
+enter: GPT-2 adds a learned row per position to the input; Llama adds nothing to the input and
+instead rotates each query and key by an angle proportional to its position (RoPE). The cache
+holds keys *after* rotation, so a new token's position must be the cache length: a token rotated
+for the wrong position lands among keys rotated for theirs, and every score it takes part in is off.
 
 ``LlamaModel`` runs on the same caches as ``NumpyModel`` (``PreallocatedKVCache``,
 ``ConcatKVCache``, ``PagedKVPool.for_model(model, ...)``) through the same protocol; only the
@@ -25,21 +24,11 @@ from typing import Any
 import numpy as np
 
 from .cache import KVCache
-from .text import fields_call
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
-from .numpy_model import (
-    NumpyModel,
-    attend,
-    attention_scores,
-    attention_weights,
-    causal_mask,
-    lm_head,
-    merge_heads,
-    repeat_kv,
-    split_heads,
-)
-from .validate import check_float_dtype, check_token_id, check_token_ids
+from .numpy_model import NumpyModel, attention_core, lm_head, merge_heads, split_heads
+from .text import fields_call
+from .validate import check_float_dtype, check_int, check_token_id, check_token_ids
 
 __all__ = [
     "LlamaConfig",
@@ -391,18 +380,12 @@ def attention(
         # one memory layout for every cache kind: the same summation path
         k_HSK = np.ascontiguousarray(k_HSK)
         v_HSK = np.ascontiguousarray(v_HSK)
-    n_new, n_keys = q_HTK.shape[1], k_HSK.shape[1]
-    scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, config.group_size))
-    # one query row (decode) needs no mask: it may see every key
-    mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None
-    a_HTS = attention_weights(scores_HTS, config.d_head, mask_TS)
-    o_HTK = attend(a_HTS, repeat_kv(v_HSK, config.group_size))
+    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace)
     out_TD = merge_heads(o_HTK) @ layer.w_o
     if trace is not None:
         trace.update(
             k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK, k_HSK=k_HSK.copy(),
-            v_HSK=v_HSK.copy(), scores_HTS=scores_HTS, a_HTS=a_HTS,
-            o_HTK=o_HTK, attn_out_TD=out_TD,
+            v_HSK=v_HSK.copy(), o_HTK=o_HTK, attn_out_TD=out_TD,
         )  # fmt: skip
     return out_TD
 
@@ -427,18 +410,6 @@ def block(
 
 
 # ---------------------------------------------------------------- the model
-
-
-def _check_position(value: Any, n_tokens: int, max_seq_len: int, name: str) -> int:
-    """The first of n_tokens positions: an int with all n_tokens of them below max_seq_len."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int position, got {type(value).__name__}")
-    if not 0 <= value <= max_seq_len - n_tokens:
-        raise ValueError(
-            f"{name}: expected 0 <= {name} <= {max_seq_len - n_tokens} for {n_tokens} tokens "
-            f"within max_seq_len {max_seq_len}, got {value}"
-        )
-    return int(value)
 
 
 @dataclass
@@ -562,7 +533,7 @@ class LlamaModel:
             raise ValueError(
                 f"ids_T: {len(ids_T)} tokens after {slot} cached ones exceed the capacity {room}"
             )
-        start = slot if start is None else _check_position(start, len(ids_T), cfg.max_seq_len, "start")
+        start = slot if start is None else check_int("start", start, 0, cfg.max_seq_len - len(ids_T))
         positions_T = np.arange(start, start + len(ids_T))
         w = self.weights
         x_TD = embed_tokens(ids_T, w.wte_VD)
@@ -591,7 +562,7 @@ class LlamaModel:
         if len(cache) == 0:
             raise ValueError("cache: expected a prefilled cache for decode_step, got an empty one")
         if position is not None:
-            position = _check_position(position, 1, self.config.max_seq_len, "position")
+            position = check_int("position", position, 0, self.config.max_seq_len - 1)
         return self.forward([token_id], cache, trace, start=position)[0]
 
     @property

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .hf_config import ModelSpec, bundled_models, load_model_spec
+from .validate import DTYPES, check_int, dtype_info
 
 __all__ = [
     "DTYPE_BITS",
@@ -44,26 +45,17 @@ __all__ = [
     "main",
 ]
 
-#: bits per stored number for the dtypes the calculator knows
-DTYPE_BITS = {
-    "fp32": 32, "float32": 32, "fp16": 16, "float16": 16, "bf16": 16, "bfloat16": 16,
-    "fp8": 8, "int8": 8, "int4": 4,
-}  # fmt: skip
+#: bits per stored number, by every name the calculator accepts (``validate.DTYPES``' names and aliases)
+DTYPE_BITS = {alias: d.bits for d in DTYPES.values() for alias in (d.name, *d.aliases)}
+#: the names the command line's help lists (any name in DTYPE_BITS is accepted)
+_HELP_DTYPES = ("fp32", "float32", "fp16", "float16", "bf16", "bfloat16", "fp8", "int8", "int4")
 GIB = 2**30
 
 
 def _check_dtype(dtype: str, name: str = "dtype") -> int:
     if not isinstance(dtype, str) or dtype.lower() not in DTYPE_BITS:
         raise ValueError(f"{name}: expected one of {sorted(DTYPE_BITS)}, got {dtype!r}")
-    return DTYPE_BITS[dtype.lower()]
-
-
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value}")
-    return value
+    return dtype_info(dtype, name).bits
 
 
 def _check_spec(spec: Any) -> ModelSpec:
@@ -106,14 +98,14 @@ def kv_bytes_per_sequence(
     """One sequence of seq_len tokens; layers with a sliding window keep only
     the last W tokens."""
     _check_spec(spec)
-    _check_count("seq_len", seq_len)
+    check_int("seq_len", seq_len, 1)
     n_numbers = spec.kv_numbers_per_layer * spec.cached_tokens(seq_len)
     return _nbytes(n_numbers, _check_dtype(dtype))
 
 
 def kv_bytes_total(spec: ModelSpec, seq_len: int, batch: int, dtype: str = "bf16") -> int:
     """A batch of ``batch`` sequences of seq_len tokens each."""
-    _check_count("batch", batch)
+    check_int("batch", batch, 1)
     return batch * kv_bytes_per_sequence(spec, seq_len, dtype)
 
 
@@ -133,7 +125,7 @@ def max_batch(
     """The largest batch of seq_len-token sequences whose cache fits in
     memory_bytes next to the weights (0 when not even one does). Activations
     and framework overhead are ignored."""
-    _check_count("memory_bytes", memory_bytes)
+    check_int("memory_bytes", memory_bytes, 1)
     room = memory_bytes - weights_bytes(spec, weights_dtype or dtype)
     return max(0, room // kv_bytes_per_sequence(spec, seq_len, dtype))
 
@@ -153,7 +145,7 @@ def mla_decode_costs(spec: ModelSpec, seq_len: int, dtype: str = "bf16") -> dict
     r = kv_lora_rank, K = d_head (nope + rope), Kv = v_head_dim, H = n_heads.
     """
     _check_spec(spec)
-    _check_count("seq_len", seq_len)
+    check_int("seq_len", seq_len, 1)
     if not spec.kv_lora_rank:
         raise ValueError(
             f"spec: expected a latent-attention (MLA) model, got {spec.attention_kind} {spec.name}"
@@ -336,7 +328,9 @@ def _parser() -> argparse.ArgumentParser:
         "--seq-len", type=int, default=None, help="tokens per sequence (default: the model's context)"
     )
     p.add_argument("--batch", type=int, default=1, help="sequences held at once (default 1)")
-    p.add_argument("--dtype", default="bf16", help=f"KV cache dtype: {', '.join(DTYPE_BITS)} (default bf16)")
+    p.add_argument(
+        "--dtype", default="bf16", help=f"KV cache dtype: {', '.join(_HELP_DTYPES)} (default bf16)"
+    )
     p.add_argument("--weights-dtype", default=None, help="weights dtype (default: the same as --dtype)")
     p.add_argument(
         "--memory-gib", type=float, default=None, help="memory budget in GiB: report the largest batch"

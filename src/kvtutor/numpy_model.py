@@ -8,7 +8,7 @@ tokens at once) and ``decode_step`` (one token against the cache).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ __all__ = [
     "softmax",
     "attention_weights",
     "attend",
+    "attention_core",
+    "AttentionCore",
     "merge_heads",
     "gelu",
     "ffn",
@@ -167,6 +169,34 @@ def ffn(x_TD: np.ndarray, layer: LayerWeights) -> np.ndarray:
     return linear(h_TF, layer.w_proj, layer.b_proj)
 
 
+def attention_core(
+    q_HTK: np.ndarray,
+    k_HSK: np.ndarray,
+    v_HSK: np.ndarray,
+    trace: dict[str, np.ndarray] | None = None,
+) -> np.ndarray:
+    """[H,T,K], [Hkv,S,K], [Hkv,S,K] -> [H,T,K]: each of the T new queries
+    attends to the keys up to its own position (the last T of the S).
+
+    Scores, causal mask, softmax, weighted sum of values; each of the Hkv
+    key/value heads serves H/Hkv query heads. GPT-2 and Llama share it.
+    """
+    n_heads, n_new, d_head = q_HTK.shape
+    group_size, n_keys = n_heads // k_HSK.shape[0], k_HSK.shape[1]
+    scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, group_size))
+    # one query row (decode) needs no mask: it may see every key
+    mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None
+    a_HTS = attention_weights(scores_HTS, d_head, mask_TS)
+    if trace is not None:
+        trace.update(scores_HTS=scores_HTS, a_HTS=a_HTS)
+    return attend(a_HTS, repeat_kv(v_HSK, group_size))
+
+
+#: A replacement for ``attention_core`` (the book's wrong variants):
+#: (layer index, q [H,T,K], k [Hkv,S,K], v [Hkv,S,K]) -> o [H,T,K].
+AttentionCore = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
 def attention(
     x_TD: np.ndarray,
     layer: LayerWeights,
@@ -174,12 +204,14 @@ def attention(
     cache: KVCache | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
+    core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D] -> [T,D]: multi-head causal self-attention of T new tokens.
 
     With a cache, the new K/V rows are stored at positions
     len(cache) .. len(cache)+T-1 and the queries attend to all
     S = len(cache) + T keys. Without one, S = T (full recompute).
+    ``core``, if given, replaces ``attention_core`` for this layer.
     """
     q_TD, k_TD, v_TD = project_qkv(x_TD, layer)
     q_HTK = split_heads(q_TD, config.n_heads)
@@ -192,18 +224,15 @@ def attention(
         # one memory layout for every cache kind: the same summation path
         k_HSK = np.ascontiguousarray(k_HSK)
         v_HSK = np.ascontiguousarray(v_HSK)
-    n_new, n_keys = q_HTK.shape[1], k_HSK.shape[1]
-    scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, config.group_size))
-    # one query row (decode) needs no mask: it may see every key
-    mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None
-    a_HTS = attention_weights(scores_HTS, config.d_head, mask_TS)
-    o_HTK = attend(a_HTS, repeat_kv(v_HSK, config.group_size))
+    if core is None:
+        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace)
+    else:  # a variant of the core (the book's wrong ones)
+        o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
     out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
     if trace is not None:
         trace.update(
             q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy(),
-            scores_HTS=scores_HTS, a_HTS=a_HTS, o_HTK=o_HTK,
-            attn_out_TD=out_TD,
+            o_HTK=o_HTK, attn_out_TD=out_TD,
         )  # fmt: skip
     return out_TD
 
@@ -215,12 +244,15 @@ def block(
     cache: KVCache | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
+    core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D] -> [T,D]: x + attention(LN(x)), then x + FFN(LN(x))
     (pre-LayerNorm, as GPT-2)."""
     eps = config.layer_norm_eps
     h_TD = layer_norm(x_TD, layer.ln1_g, layer.ln1_b, eps)
-    x_TD = x_TD + attention(h_TD, layer, config, cache, layer_index, trace)
+    x_TD = x_TD + attention(
+        h_TD, layer, config, cache, layer_index, trace, core
+    )  # fmt: skip
     x_TD = x_TD + ffn(layer_norm(x_TD, layer.ln2_g, layer.ln2_b, eps), layer)
     if trace is not None:
         trace["x_out_TD"] = x_TD
@@ -317,11 +349,13 @@ class NumpyModel:
         ids_T: Any,
         cache: KVCache | None = None,
         trace: list[dict] | None = None,
+        core: AttentionCore | None = None,
     ) -> np.ndarray:
         """[T] -> [T,V]: run T new tokens at positions len(cache) .. len(cache)+T-1.
 
         Without a cache the tokens are the whole sequence (positions 0 .. T-1).
         ``trace``, if a list, receives one dict of intermediate arrays per layer.
+        ``core``, if given, replaces the attention core of every layer.
         """
         cfg = self.config
         start = 0
@@ -339,7 +373,7 @@ class NumpyModel:
         x_TD = embed(ids_T, w.wte_VD, w.wpe_MD, start)
         for i, layer in enumerate(w.layers):
             layer_trace = {"x_in_TD": x_TD} if trace is not None else None
-            x_TD = block(x_TD, layer, cfg, cache, i, layer_trace)
+            x_TD = block(x_TD, layer, cfg, cache, i, layer_trace, core)
             if trace is not None:
                 trace.append(layer_trace)
         x_TD = layer_norm(x_TD, w.lnf_g, w.lnf_b, cfg.layer_norm_eps)

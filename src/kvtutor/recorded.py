@@ -1,7 +1,8 @@
 """Benchmark runs recorded on named machines, shipped inside the package.
 
 The measuring chapters read them through ``importlib.resources``, so they work the same from a
-clone, an installed wheel, Colab or Binder (no path relative to the notebook).
+clone, an installed wheel, Colab or Binder (no path relative to the notebook). Every benchmark
+result is checked against the bench schema (``kvtutor.bench.schema``) as it is read.
 
 - ``cpu_bench()``: ``python -m kvtutor bench --size full`` on a CPU (``make bench`` re-records it);
   ``cpu_bench("xeon-2026-11-29")`` an earlier recording on an Intel Xeon, kept for comparison.
@@ -17,6 +18,8 @@ import json
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
+
+from .bench.schema import check_result
 
 __all__ = ["RUNS", "H200_RUN", "CPU_RUNS", "cpu_bench", "cuda_bench", "h200_run", "run_path"]
 
@@ -39,6 +42,12 @@ def _json(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _bench(name: str) -> dict[str, Any] | None:
+    """A recorded benchmark result, checked against the bench schema (``kvtutor.bench.schema``)."""
+    result = _json(name)
+    return None if result is None else check_result(result, f"{RUNS}/{name}")
+
+
 #: earlier CPU recordings kept beside the current one (a CPU result holds only for its CPU)
 CPU_RUNS = {"xeon-2026-11-29": "bench-cpu-xeon-2026-11-29.json"}
 
@@ -49,7 +58,7 @@ def cpu_bench(which: str = "current") -> dict[str, Any]:
     if which != "current" and which not in CPU_RUNS:
         raise ValueError(f"which: expected 'current' or one of {sorted(CPU_RUNS)}, got {which!r}")
     name = "bench-cpu.json" if which == "current" else CPU_RUNS[which]
-    result = _json(name)
+    result = _bench(name)
     if result is None:
         raise FileNotFoundError(f"{RUNS}/{name} is missing: run `make bench` to record it")
     return result
@@ -57,7 +66,7 @@ def cpu_bench(which: str = "current") -> dict[str, Any]:
 
 def cuda_bench() -> dict[str, Any] | None:
     """The recorded full-size GPU benchmark of the current code (``bench-cuda.json``), or None."""
-    return _json("bench-cuda.json")
+    return _bench("bench-cuda.json")
 
 
 def h200_run() -> dict[str, Any]:
@@ -67,7 +76,7 @@ def h200_run() -> dict[str, Any]:
     folder = H200_RUN["folder"]
     return {
         **H200_RUN,
-        "bench": _json(f"{folder}/bench-cuda.json"),
+        "bench": _bench(f"{folder}/bench-cuda.json"),
         "anchors": _json(f"{folder}/anchors.json"),
         "kernels": run_path(f"{folder}/kernels.txt").read_text(encoding="utf-8"),
         "tests_log": run_path(f"{folder}/cuda-tests.log").read_text(encoding="utf-8"),

@@ -1,45 +1,32 @@
-"""Serving: two answers to "decode computes one query row, is that a waste?".
+"""Continuous batching: decode computes one query row per request, so stack many requests' rows.
 
-Continuous batching stacks the single query rows of many requests into one batched decode step
-(``serve``): each step, finished requests leave, waiting requests are prefilled into the free
-slots, and every running request gains one token. ``serve_static`` is the baseline that waits
-for a batch and holds its slots until the longest request in it has finished.
+``serve`` stacks the single query rows of many requests into one batched decode step: each step,
+finished requests leave, waiting requests are prefilled into the free slots, and every running
+request gains one token. ``serve_static`` is the baseline that waits for a batch and holds its
+slots until the longest request in it has finished. ``latency_summary`` turns a run's trace into
+TTFT, TPOT and end-to-end latency with their percentiles; ``batch_size_sweep`` runs the same
+requests at several batch sizes (the latency-throughput trade-off). The other answer to "one
+query row": speculative decoding, in ``kvtutor.speculative``.
 
-Speculative decoding (``speculative_generate``) makes one request's query block taller: a cheap
-draft guesses k tokens, and the target checks all of them in one forward pass over k + 1 query
-rows, which is a prefill-shaped pass at an offset, so it needs the offset causal mask again.
-Rejected guesses are rolled back with ``cache.truncate``. The drafts here: the target's own first
-layers (``layer_cut_draft``) and prompt lookup (``PromptLookupDraft``), which needs no model.
-
-Both work with ``NumpyModel`` and ``TorchModel``. With a ``NumpyModel`` each request keeps its own
+Both models serve. A ``NumpyModel`` runs one sequence per cache, so each request keeps its own
 cache and the "batched" step is a loop over requests (same tokens, no speed-up); a ``TorchModel``
-runs one batched step over a ragged cache (one length per row).
+runs one batched step over a ragged cache, one length per row (``kvtutor.backends.batch_slots``).
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import sys
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
-from .cache import KVCache
+from .backends import batch_slots, check_model
 from .config import ModelConfig
-from .gpt2_weights import GPT2Weights
-from .numpy_model import NumpyModel, softmax
-from .validate import (
-    check_max_new_tokens,
-    check_temperature,
-    check_token_id,
-    check_token_ids,
-    positions_needed,
-)
+from .validate import check_int, check_token_ids, positions_needed
 
 __all__ = [
     "serve",
@@ -57,79 +44,7 @@ __all__ = [
     "PERCENTILES",
     "batch_size_sweep",
     "BatchSweepRow",
-    "speculative_generate",
-    "speculative_run",
-    "SpeculativeResult",
-    "token_probs",
-    "verify_draft",
-    "Draft",
-    "ModelDraft",
-    "PromptLookupDraft",
-    "layer_cut_draft",
-    "expected_tokens_per_step",
-    "expected_speedup",
 ]
-
-
-# ---------------------------------------------------------------- one interface to both backends
-
-
-def _torch_model_class() -> type | None:
-    """TorchModel if kvtutor.torch_model has been imported (a model of it cannot exist otherwise)."""
-    module = sys.modules.get("kvtutor.torch_model")
-    return getattr(module, "TorchModel", None)
-
-
-def _is_torch_model(model: Any) -> bool:
-    cls = _torch_model_class()
-    return cls is not None and isinstance(model, cls)
-
-
-def _check_model(model: Any, name: str) -> ModelConfig:
-    if not isinstance(model, NumpyModel) and not _is_torch_model(model):
-        raise TypeError(f"{name}: expected a NumpyModel or a TorchModel, got {type(model).__name__}")
-    return model.config
-
-
-class _Runner:
-    """A batch-1 view of either backend: ``forward(ids, cache) -> [T,V]`` numpy, length, truncate."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.torch = _is_torch_model(model)
-
-    def new_cache(self) -> Any:
-        if self.torch:
-            return self.model.new_cache(1)
-        return self.model.new_cache()
-
-    def check_cache(self, cache: Any, name: str) -> None:
-        """An empty cache of this model for one sequence."""
-        self.model.check_cache(cache)
-        if self.torch and cache.batch_size != 1:
-            raise ValueError(f"{name}: expected a cache of batch size 1, got {cache.batch_size}")
-        if self.length(cache) != 0:
-            raise ValueError(f"{name}: expected an empty cache, got one holding {self.length(cache)}")
-
-    def capacity(self, cache: Any) -> int:
-        return int(cache.capacity)
-
-    def length(self, cache: Any) -> int:
-        return cache.host_lengths[0] if self.torch else len(cache)
-
-    def forward(self, ids: Sequence[int], cache: Any) -> np.ndarray:
-        """[T] -> [T,V] float64: T new tokens at positions length .. length+T-1 of the cache."""
-        if not self.torch:
-            return self.model.forward(np.asarray(ids, dtype=np.int64), cache).astype(np.float64)
-        import torch
-
-        ids_1T = torch.tensor([list(ids)], dtype=torch.long, device=self.model.device)
-        with torch.inference_mode():
-            logits_1TV = self.model.forward(ids_1T, cache)
-        return logits_1TV[0].double().cpu().numpy()
-
-    def truncate(self, cache: Any, length: int) -> None:
-        cache.truncate(length)
 
 
 # ---------------------------------------------------------------- continuous batching: requests
@@ -241,14 +156,6 @@ class ServingTrace:
         ]  # fmt: skip
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name}: expected an int >= {low}, got {value}")
-    return int(value)
-
-
 def check_requests(requests: Any, config: ModelConfig) -> list[RequestRecord]:
     """requests -> one fresh RequestRecord each, or a TypeError/ValueError naming the request."""
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
@@ -263,9 +170,9 @@ def check_requests(requests: Any, config: ModelConfig) -> list[RequestRecord]:
             )
         arrival, prompt, n_new = req
         try:
-            arrival = _check_int("arrival_step", arrival, 0)
+            arrival = check_int("arrival_step", arrival, 0)
             prompt = check_token_ids(prompt, config.vocab_size, "prompt_ids")
-            n_new = _check_int("max_new_tokens", n_new, 0)
+            n_new = check_int("max_new_tokens", n_new, 0)
         except (TypeError, ValueError) as err:
             raise type(err)(f"{where}: {err}") from None
         needed = positions_needed(len(prompt), n_new)
@@ -276,66 +183,6 @@ def check_requests(requests: Any, config: ModelConfig) -> list[RequestRecord]:
             )
         records.append(RequestRecord(arrival, [int(t) for t in prompt], n_new))
     return records
-
-
-# ---------------------------------------------------------------- continuous batching: engines
-
-
-class _NumpyEngine:
-    """One cache per slot; a batched step is a loop over requests (the same tokens, no speed-up)."""
-
-    def __init__(self, model: NumpyModel, n_slots: int, capacity: int) -> None:
-        self.model = model
-        self.caches: list[KVCache] = [model.new_cache(capacity=capacity) for _ in range(n_slots)]
-
-    def prefill(self, slot: int, prompt: list[int]) -> int:
-        """Prompt [T] into an empty slot -> its first (greedy) token."""
-        self.caches[slot].truncate(0)
-        return int(np.argmax(self.model.prefill(prompt, self.caches[slot])[-1]))
-
-    def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
-        """One new token for each listed slot -> the next (greedy) token of each."""
-        return [
-            int(np.argmax(self.model.decode_step(tok, self.caches[slot])))
-            for slot, tok in zip(slots, tokens, strict=True)
-        ]
-
-
-class _TorchEngine:
-    """One batched cache [L, B, Hkv, M, K] with a length per row; one decode step for all rows."""
-
-    def __init__(self, model: Any, n_slots: int, capacity: int) -> None:
-        import torch
-
-        self.torch = torch
-        self.model = model
-        self.n_slots = n_slots
-        self.cache = model.new_cache(n_slots, max_seq_len=capacity)
-
-    def prefill(self, slot: int, prompt: list[int]) -> int:
-        torch = self.torch
-        self.cache.reset_row(slot)
-        ids_T = torch.tensor(prompt, dtype=torch.long, device=self.model.device)
-        with torch.inference_mode():
-            logits_TV = self.model.prefill_row(ids_T, self.cache, slot)
-        return int(logits_TV[-1].argmax())
-
-    def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
-        torch = self.torch
-        ids_B = torch.zeros(self.n_slots, dtype=torch.long)
-        ids_B[slots] = torch.tensor(tokens, dtype=torch.long)
-        active_B = np.zeros(self.n_slots, dtype=bool)
-        active_B[slots] = True
-        with torch.inference_mode():
-            logits_BV = self.model.decode_step(ids_B.to(self.model.device), self.cache, active=active_B)
-        next_B = logits_BV.argmax(dim=-1).cpu()
-        return [int(next_B[s]) for s in slots]
-
-
-def _engine(model: Any, n_slots: int, capacity: int) -> Any:
-    if isinstance(model, NumpyModel):
-        return _NumpyEngine(model, n_slots, capacity)
-    return _TorchEngine(model, n_slots, capacity)
 
 
 # ---------------------------------------------------------------- continuous batching: the scheduler
@@ -356,9 +203,9 @@ def run_serving(
     admits whenever a slot is free; ``"static"`` admits only into an empty
     batch and keeps every slot until the batch's longest request has finished.
     """
-    cfg = _check_model(model, "model")
+    cfg = check_model(model, "model")
     records = check_requests(requests, cfg)
-    max_batch_size = _check_int("max_batch_size", max_batch_size, 1)
+    max_batch_size = check_int("max_batch_size", max_batch_size, 1)
     if policy not in ("continuous", "static"):
         raise ValueError(
             f"policy: expected 'continuous' or 'static', got {policy!r}",
@@ -377,7 +224,7 @@ def run_serving(
                    for r in waiting)  # fmt: skip
     # more slots than requests would never be used
     n_slots = min(max_batch_size, len(waiting))
-    engine = _engine(model, n_slots, capacity)
+    engine = batch_slots(model, n_slots, capacity)
     running: dict[int, RequestRecord] = {}  # batch slot -> the request in it
     step = waiting[0].arrival_step
     while waiting or running:
@@ -664,7 +511,7 @@ def batch_size_sweep(
     seconds, e.g. a function of its ``prefilled`` and ``decoded`` counts), if given, models each
     step's time instead of measuring it, the same function at every batch size.
     """
-    cfg = _check_model(model, "model")
+    cfg = check_model(model, "model")
     check_requests(requests, cfg)
     _check_step_seconds(step_seconds)
     if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Sequence):
@@ -674,7 +521,7 @@ def batch_size_sweep(
     sizes = []
     for b in batch_sizes:
         try:
-            sizes.append(_check_int("max_batch_size", b, 1))
+            sizes.append(check_int("max_batch_size", b, 1))
         except (TypeError, ValueError) as err:
             raise type(err)(f"batch_sizes: {err}") from None
     rows = []
@@ -697,401 +544,3 @@ def batch_size_sweep(
             )
         )
     return rows
-
-
-# ---------------------------------------------------------------- speculative decoding: the theory
-
-
-def expected_tokens_per_step(a: float, k: int) -> float:
-    """acceptance rate a, k drafts -> E = (1 - a^(k+1)) / (1 - a), tokens per target pass.
-
-    Each draft is accepted with probability a until the first rejection; the target pass adds
-    one token of its own (the correction, or a bonus token when all k are accepted).
-    """
-    if not 0.0 <= a <= 1.0:
-        raise ValueError(f"a: expected an acceptance rate in [0, 1], got {a}")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"k: expected an int >= 0, got {k!r}")
-    if a == 1.0:
-        return float(k + 1)
-    return float((1.0 - a ** (k + 1)) / (1.0 - a))
-
-
-def expected_speedup(a: float, k: int, c: float) -> float:
-    """a, k, c = draft step cost / target step cost -> E / (k c + 1), the wall-clock speedup.
-
-    A round costs k draft steps and one target pass (assumed to cost one decode step, since
-    k + 1 query rows read the same weights as one) and yields E tokens on average.
-    """
-    if not c >= 0:
-        raise ValueError(f"c: expected a cost ratio >= 0, got {c}")
-    return expected_tokens_per_step(a, k) / (k * c + 1.0)
-
-
-# ---------------------------------------------------------------- speculative decoding: one round
-
-
-def token_probs(logits_TV: np.ndarray, temperature: float) -> np.ndarray:
-    """[T,V] -> [T,V] float64: softmax(logits / temperature); one-hot at the argmax if temperature = 0."""
-    logits_TV = np.asarray(logits_TV, dtype=np.float64)
-    if temperature == 0:
-        probs_TV = np.zeros_like(logits_TV)
-        probs_TV[np.arange(len(logits_TV)), logits_TV.argmax(axis=-1)] = 1.0
-        return probs_TV
-    return softmax(logits_TV / temperature)
-
-
-def _draw(probs_V: np.ndarray, rng: np.random.Generator) -> int:
-    """[V] -> token id drawn from the distribution (the argmax, without using rng, if one-hot)."""
-    top = int(np.argmax(probs_V))
-    if probs_V[top] == 1.0:
-        return top
-    return int(rng.choice(len(probs_V), p=probs_V / probs_V.sum()))
-
-
-def verify_draft(
-    p_TV: np.ndarray,
-    q_KV: np.ndarray | None,
-    draft_tokens: Sequence[int],
-    rng: np.random.Generator,
-) -> tuple[int, int]:
-    """[k+1,V] target probs, [k,V] draft probs (None: a deterministic draft),
-    k drafts -> (kept, next).
-
-    Draft token i is kept with probability min(1, p_i(d) / q_i(d)); at the
-    first rejection the next token is drawn from the residual
-    max(0, p_i - q_i), normalised, and the rest is thrown away. If all k are
-    kept the next token comes from p_k, the target's distribution after them.
-    The tokens that come out are distributed exactly as if the target had
-    sampled them itself. With temperature 0, p and q are one-hot: a draft is
-    kept iff it is the target's argmax.
-    """
-    for i, token in enumerate(draft_tokens):
-        p_V = p_TV[i]
-        if q_KV is None:
-            q_V = np.zeros_like(p_V)
-            q_V[token] = 1.0
-        else:
-            q_V = q_KV[i]
-        p_d, q_d = p_V[token], q_V[token]
-        if p_d >= q_d or (p_d > 0 and rng.random() < p_d / q_d):
-            continue  # accepted
-        residual_V = np.maximum(p_V - q_V, 0.0)
-        if not residual_V.sum() > 0:  # only through rounding: p and q equal
-            residual_V = p_V
-        return i, _draw(residual_V, rng)
-    return len(draft_tokens), _draw(p_TV[len(draft_tokens)], rng)
-
-
-# ---------------------------------------------------------------- speculative decoding: drafts
-
-
-@runtime_checkable
-class Draft(Protocol):
-    """What speculative decoding needs from a draft: guesses, and forgetting rejected ones."""
-
-    def propose(
-        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
-    ) -> tuple[list[int], np.ndarray | None]:
-        """context -> up to k guessed next tokens and their probabilities [k,V] (None: deterministic)."""
-        ...
-
-    def rollback(self, length: int) -> None:
-        """Forget everything after the first ``length`` tokens of the context."""
-        ...
-
-
-class ModelDraft:
-    """A small language model as the draft: k decode steps on its own cache, one token each."""
-
-    def __init__(self, model: Any) -> None:
-        _check_model(model, "model")
-        self.model = model
-        self._runner = _Runner(model)
-        self.cache: Any = None
-        self.calls = 0  # forward passes run
-
-    def propose(
-        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
-    ) -> tuple[list[int], np.ndarray | None]:
-        """context -> k tokens sampled from the draft (its argmax at temperature 0), probs [k,V]."""
-        if k == 0:
-            return [], None
-        if self.cache is None:
-            self.cache = self._runner.new_cache()
-        tokens: list[int] = []
-        q_rows = []
-        new = seq[self._runner.length(self.cache) :]  # the context the draft has not seen yet
-        for _ in range(k):
-            logits_TV = self._runner.forward(new, self.cache)
-            self.calls += 1
-            q_V = token_probs(logits_TV[-1:], temperature)[0]
-            tokens.append(_draw(q_V, rng))
-            q_rows.append(q_V)
-            new = tokens[-1:]
-        # the last guess is not fed to the draft: if it is accepted, the next round feeds it
-        return tokens, np.stack(q_rows)
-
-    def rollback(self, length: int) -> None:
-        if self.cache is not None and self._runner.length(self.cache) > length:
-            self._runner.truncate(self.cache, length)
-
-
-@dataclass
-class PromptLookupDraft:
-    """Prompt lookup: propose what followed the most recent earlier occurrence of the last n tokens.
-
-    No model: it finds the context's final n-gram (n = max_ngram down to min_ngram) earlier in the
-    context and copies up to k tokens that came after it. It pays off on text that repeats itself
-    (code edits, summaries quoting their source, ...) and proposes nothing when there is no match.
-    """
-
-    max_ngram: int = 3
-    min_ngram: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("max_ngram", "min_ngram"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if self.min_ngram > self.max_ngram:
-            raise ValueError(f"min_ngram: expected <= max_ngram={self.max_ngram}, got {self.min_ngram}")
-
-    def propose(
-        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
-    ) -> tuple[list[int], np.ndarray | None]:
-        """context -> the up to k tokens that followed the last earlier match of its final n-gram."""
-        if k == 0:
-            return [], None
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            if len(seq) <= n:
-                continue
-            tail = seq[-n:]
-            for start in range(len(seq) - n - 1, -1, -1):  # most recent match first
-                if seq[start : start + n] == tail:
-                    return list(seq[start + n : start + n + k]), None
-        return [], None
-
-    def rollback(self, length: int) -> None:
-        pass  # nothing cached
-
-
-def layer_cut_draft(model: Any, n_layers: int) -> Any:
-    """model, n -> a draft made of the model's first n blocks, then its ln_f and (tied) LM head.
-
-    The weight arrays (NumpyModel) or tensors (TorchModel) are shared with the target, nothing is
-    copied. Early layers already predict many easy tokens; the cut model runs n of the L blocks.
-    """
-    cfg = _check_model(model, "model")
-    if isinstance(n_layers, bool) or not isinstance(n_layers, (int, np.integer)):
-        raise TypeError(f"n_layers: expected an int, got {type(n_layers).__name__}")
-    if not 1 <= n_layers <= cfg.n_layers:
-        raise ValueError(f"n_layers: expected 1 <= n_layers <= {cfg.n_layers}, got {n_layers}")
-    if _is_torch_model(model):
-        return _layer_cut_torch(model, int(n_layers))
-    w = model.weights
-    cut = GPT2Weights(w.wte_VD, w.wpe_MD, list(w.layers[:n_layers]), w.lnf_g, w.lnf_b)
-    return NumpyModel(_replace_layers(cfg, int(n_layers)), cut)
-
-
-def _replace_layers(cfg: ModelConfig, n_layers: int) -> ModelConfig:
-    from dataclasses import replace
-
-    return replace(cfg, n_layers=n_layers)
-
-
-def _layer_cut_torch(model: Any, n_layers: int) -> Any:
-    cut = copy.copy(model)  # shares every weight tensor with the target
-    cut.config = _replace_layers(model.config, n_layers)
-    cut.layers = list(model.layers[:n_layers])
-    return cut
-
-
-# ---------------------------------------------------------------- speculative decoding: the loop
-
-
-@dataclass
-class SpeculativeResult:
-    """What one speculative generation produced, round by round."""
-
-    tokens: list[int]
-    k: int
-    proposed: list[int] = field(default_factory=list)  # per round: draft tokens proposed
-    accepted: list[int] = field(default_factory=list)  # per round: draft tokens kept
-    draft_calls: int = 0  # forward passes of the draft model (0 for prompt lookup)
-    seconds: float = 0.0
-
-    @property
-    def rounds(self) -> int:
-        """Target verification passes (one per round), not counting the prompt's prefill."""
-        return len(self.proposed)
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Per-draft acceptance a: drafts kept / drafts judged (a judged draft is kept or is the
-        round's first rejection; guesses after a rejection are never judged)."""
-        judged = sum(acc + (acc < prop) for acc, prop in zip(self.accepted, self.proposed, strict=True))
-        return sum(self.accepted) / judged if judged else float("nan")
-
-    @property
-    def kept_fraction(self) -> float:
-        """Drafts kept / drafts proposed."""
-        proposed = sum(self.proposed)
-        return sum(self.accepted) / proposed if proposed else float("nan")
-
-    @property
-    def tokens_per_step(self) -> float:
-        """New tokens per target pass (1 for plain decoding)."""
-        return len(self.tokens) / self.rounds if self.rounds else float("nan")
-
-    def predicted(self, c: float = 0.0, a: float | None = None) -> tuple[float, float]:
-        """c, a (default: the measured rate) -> (tokens per target pass, speed-up) the theory predicts.
-
-        The formulas applied round by round, to the number of guesses each round really made:
-        sum E(a, k_r) / rounds and sum E(a, k_r) / sum (k_r c + 1). With k guesses in every
-        round they are E(a, k) and E(a, k) / (k c + 1).
-        """
-        a = self.acceptance_rate if a is None else a
-        if not self.rounds or math.isnan(a):
-            return float("nan"), float("nan")
-        tokens = sum(expected_tokens_per_step(a, k) for k in self.proposed)
-        cost = sum(k * c + 1.0 for k in self.proposed)
-        return tokens / self.rounds, tokens / cost
-
-
-def _check_proposal(proposal: Any, k_round: int, vocab_size: int) -> tuple[list[int], np.ndarray | None]:
-    """A draft's (tokens, probabilities) -> up to k_round int tokens and [k,V] float64 probs, or an
-    error naming the draft (a bad token would otherwise surface as the target's ``ids_T``)."""
-    if not isinstance(proposal, tuple) or len(proposal) != 2:
-        raise TypeError(f"draft: propose() must return (tokens, probs), got {type(proposal).__name__}")
-    guesses, q_KV = proposal
-    if isinstance(guesses, (str, bytes)) or not isinstance(guesses, Sequence):
-        raise TypeError(f"draft: propose() must return a list of token ids, got {type(guesses).__name__}")
-    tokens = []
-    for i, token in enumerate(list(guesses)[:k_round]):
-        try:
-            tokens.append(check_token_id(token, vocab_size, "draft"))
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{err} (proposed token {i})") from None
-    if q_KV is None:
-        return tokens, None
-    q = np.asarray(q_KV, dtype=np.float64) if isinstance(q_KV, np.ndarray) else None
-    if q is None or q.ndim != 2 or q.shape[1] != vocab_size or len(q) < len(tokens):
-        shape = list(q_KV.shape) if hasattr(q_KV, "shape") else type(q_KV).__name__
-        raise ValueError(
-            f"draft: propose() must return probabilities [k={len(tokens)}, V={vocab_size}] or None, "
-            f"got {shape}"
-        )
-    return tokens, q[: len(tokens)]
-
-
-def _as_draft(draft: Any, target_cfg: ModelConfig) -> Draft:
-    if isinstance(draft, NumpyModel) or _is_torch_model(draft):
-        if draft.config.vocab_size != target_cfg.vocab_size:
-            raise ValueError(
-                f"draft: expected the target's vocab_size {target_cfg.vocab_size}, "
-                f"got {draft.config.vocab_size}"
-            )
-        return ModelDraft(draft)
-    if isinstance(draft, Draft):
-        return draft
-    raise TypeError(
-        "draft: expected a NumpyModel, a TorchModel or a Draft (propose/rollback), "
-        f"got {type(draft).__name__}"
-    )
-
-
-def speculative_run(
-    target: Any,
-    draft: Any,
-    prompt_ids: Any,
-    max_new_tokens: int,
-    k: int = 4,
-    temperature: float = 0.0,
-    seed: int | None = None,
-    cache: Any = None,
-) -> SpeculativeResult:
-    """prompt [T] -> SpeculativeResult: ``speculative_generate`` with what each
-    round proposed and kept.
-
-    The target's cache holds every token but the last one between rounds; a
-    round feeds that token and the k guesses as one block of k + 1 query rows,
-    then truncates the cache back to the tokens it kept. ``cache`` (optional,
-    empty) is the target's, to inspect afterwards.
-    """
-    target_cfg = _check_model(target, "target")
-    drafter = _as_draft(draft, target_cfg)
-    token_ids = check_token_ids(prompt_ids, target_cfg.vocab_size, "prompt_ids")
-    prompt = [int(t) for t in token_ids]
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k: expected an int, got {type(k).__name__}")
-    if k < 0:
-        raise ValueError(
-            f"k: expected an int >= 0 (0 = plain decoding), got {k}",
-        )
-    temperature = check_temperature(temperature)
-    runner = _Runner(target)
-    cache_given = cache is not None
-    if cache is None:
-        cache = runner.new_cache()
-    else:
-        runner.check_cache(cache, "cache")
-    limit = "the cache's capacity" if cache_given else "max_seq_len"
-    n_new, n_prompt = max_new_tokens, len(prompt)
-    check_max_new_tokens(n_new, n_prompt, runner.capacity(cache), limit)
-    if isinstance(drafter, ModelDraft):
-        draft_max_len = drafter.model.config.max_seq_len
-        draft_limit = "the draft's max_seq_len"
-        check_max_new_tokens(n_new, n_prompt, draft_max_len, draft_limit)
-    rng = np.random.default_rng(seed)
-    result = SpeculativeResult([], int(k))
-    start = time.perf_counter()
-    seq = list(prompt)
-    try:
-        while len(result.tokens) < max_new_tokens:
-            k_round = min(k, max_new_tokens - len(result.tokens) - 1)
-            proposal = drafter.propose(seq, k_round, temperature, rng)
-            vocab = target_cfg.vocab_size
-            guesses, q_KV = _check_proposal(proposal, k_round, vocab)
-            if not result.tokens and len(prompt) > 1:
-                # prefill; the last prompt token opens the first round
-                runner.forward(prompt[:-1], cache)
-            # one target pass over k + 1 query rows: the last token and the
-            # guesses after it
-            logits_TV = runner.forward([seq[-1], *guesses], cache)
-            p_TV = token_probs(logits_TV, temperature)
-            kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
-            new = [*guesses[:kept], next_token]
-            seq += new
-            result.tokens += new
-            # forget the K/V rows of rejected guesses
-            runner.truncate(cache, len(seq) - 1)
-            drafter.rollback(len(seq) - 1)
-            result.proposed.append(len(guesses))
-            result.accepted.append(kept)
-    except (TypeError, ValueError):
-        # a draft that fails later: the cache is left empty, as it came
-        runner.truncate(cache, 0)
-        raise
-    result.seconds = time.perf_counter() - start
-    result.draft_calls = drafter.calls if isinstance(drafter, ModelDraft) else 0
-    return result
-
-
-def speculative_generate(
-    target: Any,
-    draft: Any,
-    prompt_ids: Any,
-    max_new_tokens: int,
-    k: int = 4,
-    temperature: float = 0.0,
-    seed: int | None = None,
-    cache: Any = None,
-) -> list[int]:
-    """prompt [T] -> the new token ids, the draft guessing k at a time and the target verifying.
-
-    Greedy (temperature 0): exactly the target's own greedy tokens. With temperature > 0 the
-    tokens are distributed exactly as the target's samples. ``draft`` is a model (NumpyModel or
-    TorchModel, e.g. ``layer_cut_draft(target, 1)``) or a ``Draft`` such as ``PromptLookupDraft()``.
-    """
-    return speculative_run(target, draft, prompt_ids, max_new_tokens, k, temperature, seed, cache).tokens

@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .validate import dtype_info, torch_dtype
+
 __all__ = [
     "Measurement",
     "bench_size",
-    "default_device",
     "time_fn",
     "hardware_info",
+    "load_average",
     "versions",
     "gemv_probe",
     "measure_gemv_bandwidth",
@@ -92,13 +94,6 @@ def bench_size(quick: bool | None = None, device: str = "cpu") -> str:
     if env:
         return env
     return "full" if str(device).startswith("cuda") else "quick"
-
-
-def default_device() -> str:
-    """``"cuda"`` when a CUDA device is visible, else ``"cpu"``."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _check_device(device: Any) -> str:
@@ -216,8 +211,9 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _load_average() -> float | None:
-    """The 1-minute load average (other work competing for the CPU), where the OS reports one."""
+def load_average() -> float | None:
+    """The 1-minute load average (other work competing for the CPU), where the OS reports one,
+    rounded to 0.01; None elsewhere."""
     try:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
@@ -242,7 +238,7 @@ def hardware_info(device: str = "cpu") -> dict[str, Any]:
         "device": str(device),
         "gpu": None,
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "load_average_1m": _load_average(),
+        "load_average_1m": load_average(),
     }
     if str(device).startswith("cuda") and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device)
@@ -291,22 +287,6 @@ PROBE_SIZES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def _torch_dtype(dtype: Any):
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
-    if dtype not in names:
-        raise ValueError(f"dtype: expected a torch dtype or one of {sorted(names)}, got {dtype!r}")
-    return names[dtype]
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(_torch_dtype(dtype)).removeprefix("torch.")
-
-
 def gemv_probe(n: int, device: str = "cpu", dtype: Any = "float32") -> Callable[..., dict[str, Any]]:
     """Allocate y = A x with A [n, n] once; return ``measure(min_run_time=0.2, num_threads=None)``,
     which times it now and returns what ``measure_gemv_bandwidth`` does. Call it again to measure
@@ -314,7 +294,7 @@ def gemv_probe(n: int, device: str = "cpu", dtype: Any = "float32") -> Callable[
     import torch
 
     device = _check_device(device)
-    dt = _torch_dtype(dtype)
+    dt = torch_dtype(dtype)
     a_NN = torch.randn(n, n, device=device, dtype=torch.float32).to(dt)
     x_N = torch.randn(n, device=device, dtype=dt)
     y_N = torch.empty(n, device=device, dtype=dt)
@@ -324,7 +304,7 @@ def gemv_probe(n: int, device: str = "cpu", dtype: Any = "float32") -> Callable[
         m = time_fn(
             lambda: torch.mv(a_NN, x_N, out=y_N), device, min_run_time=min_run_time, num_threads=num_threads
         )
-        return {"matrix_bytes": nbytes, "shape": [n, n], "dtype": _dtype_name(dt), "time": m.as_dict(),
+        return {"matrix_bytes": nbytes, "shape": [n, n], "dtype": dtype_info(dt).name, "time": m.as_dict(),
                 "bytes_per_s": nbytes / m.median_s}  # fmt: skip
 
     return measure
@@ -364,7 +344,7 @@ def matmul_probe(
     import torch
 
     device = _check_device(device)
-    dt = _torch_dtype(dtype)
+    dt = torch_dtype(dtype)
     a = torch.randn(m, k, device=device, dtype=torch.float32).to(dt)
     b = torch.randn(k, n, device=device, dtype=torch.float32).to(dt)
     out = torch.empty(m, n, device=device, dtype=dt)
@@ -374,7 +354,7 @@ def matmul_probe(
         meas = time_fn(
             lambda: torch.matmul(a, b, out=out), device, min_run_time=min_run_time, num_threads=num_threads
         )
-        return {"shape": [m, k, n], "dtype": _dtype_name(dt), "flops": flops, "time": meas.as_dict(),
+        return {"shape": [m, k, n], "dtype": dtype_info(dt).name, "flops": flops, "time": meas.as_dict(),
                 "flops_per_s": flops / meas.median_s}  # fmt: skip
 
     return measure
@@ -424,7 +404,7 @@ def model_matmul_probe(
             total_flops += r["flops"] * item["count"]
             total_time += r["time"]["median_s"] * item["count"]
             rows.append(r)
-        return {"n_tokens": n_tokens, "dtype": _dtype_name(dtype), "shapes": rows, "flops": total_flops,
+        return {"n_tokens": n_tokens, "dtype": dtype_info(dtype).name, "shapes": rows, "flops": total_flops,
                 "time_s": total_time, "flops_per_s": total_flops / total_time}  # fmt: skip
 
     return measure
@@ -476,7 +456,7 @@ def probe_machine(
     }
     n = s["matmul_n"]
     for dt in dtypes:
-        out["matmul"][_dtype_name(dt)] = measure_matmul_flops(n, n, n, device, dt, mrt, num_threads)
+        out["matmul"][dtype_info(dt).name] = measure_matmul_flops(n, n, n, device, dt, mrt, num_threads)
     return out
 
 

@@ -1,21 +1,34 @@
 """KV caches for the PyTorch model: batched, with a length per row.
 
-``StaticKVCache`` is what serving engines do: two buffers ``k_LBHMK`` and ``v_LBHMK`` of shape
-[L, B, Hkv, M, K] (the two halves of one ``kv_2LBHMK``), allocated once and written in place.
+``TorchPreallocatedKVCache`` is what serving engines do: two buffers ``k_LBHMK`` and ``v_LBHMK`` of
+shape [L, B, Hkv, M, K] (the two halves of one ``kv_2LBHMK``), allocated once and written in place.
 Each row b of the batch has its own length ``lengths[b]``, so rows can sit at different
 positions (continuous batching) and be rolled back (speculative decoding) or freed
-(``reset_row``) one at a time. ``ConcatKVCache`` is
-the pseudo-code version: every step concatenates the new keys onto the old ones with
-``torch.cat``, so every step copies the whole history; its rows always share one length.
+(``reset_row``) one at a time. ``TorchConcatKVCache`` is the pseudo-code version: every step
+concatenates the new keys onto the old ones with ``torch.cat``, so every step copies the whole
+history; its rows always share one length. (The NumPy model's caches are ``kvtutor.cache``'s.)
 
 The lengths live twice: ``lengths``, a LongTensor [B] on the model's device that the kernels read
-(a CUDA graph reads it at replay), and a host copy (``host_lengths``) that Python checks read
-without waiting for the device. Both change only through the cache's own methods, in place.
+(a CUDA graph reads it at replay), and a host copy (``host_lengths``, ``host_lengths_array``) that
+Python checks read without waiting for the device. Both change only through the cache's own
+methods, in place.
 
-A forward pass uses a cache in three steps: ``_plan`` (where the T new tokens of each row go,
-which keys each query may see), ``_store`` once per layer (write the new keys and values, return
-all keys and values to attend to), ``_commit`` (advance the lengths). Until the commit the
-lengths describe the old state, so a pass that fails half way changes nothing a reader can see.
+The protocol between the model (``kvtutor.torch_model``, ``kvtutor.torch_engine``) and a cache:
+
+- ``plan(n_new, row=None, active=None, name="ids") -> Plan``: where the T new tokens of each row
+  go and which keys each query may see (checks the room first; changes nothing);
+- ``store(layer, k_new_BHTK, v_new_BHTK, plan)``, once per layer: write the new keys and values,
+  return all keys and values to attend to;
+- ``commit(plan)``: advance the lengths of the rows the pass wrote. Until the commit the lengths
+  describe the old state, so a pass that fails half way changes nothing a reader can see;
+- for a decode step with every row at one position: ``decode_writer(start)`` (one write per layer
+  of the new key and value) and ``advance(n_new)`` (every row);
+- checks that name the argument: ``check_row(row)``, ``check_room(n_new, rows, name)``.
+
+A fixed-shape decode step (``torch_engine.decode_fixed``, for CUDA graphs) builds its own ``Plan``
+from what a ``TorchPreallocatedKVCache`` exposes for it: ``lengths`` (device), ``positions_M``
+(0 .. M-1 on the device), ``base_BH`` (the flat index of each row and head's position 0) and
+``k_flat`` / ``v_flat`` (per layer, [B*Hkv*M, K] views of the buffers).
 """
 
 from __future__ import annotations
@@ -28,13 +41,23 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["TorchKVCache", "StaticKVCache", "ConcatKVCache", "causal_mask", "ragged_causal_mask"]
+from .validate import check_int
+
+__all__ = [
+    "TorchKVCache",
+    "TorchPreallocatedKVCache",
+    "TorchConcatKVCache",
+    "Plan",
+    "host_empty",
+    "causal_mask",
+    "ragged_causal_mask",
+]
 
 
 _HUGE_PAGE = 2 << 20
 
 
-def _host_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
+def host_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
     """[numel] of ``dtype`` on the CPU, uninitialised, 2 MiB aligned and advised onto transparent huge
     pages where the OS allows (its own storage, offset 0, like ``torch.empty``).
 
@@ -72,8 +95,9 @@ def ragged_causal_mask(start_B: torch.Tensor, n_queries: int, n_keys: int) -> to
     return (keys_S[None, None, :] <= pos_BT[:, :, None])[:, None]  # (B, 1, T, S)
 
 
-class _Plan:
-    """Where one forward pass puts its T new tokens (built by a cache, used by every layer)."""
+class Plan:
+    """Where one forward pass puts its T new tokens (built by a cache's ``plan``, read by every
+    layer's ``store`` and by the attention that follows, then passed to ``commit``)."""
 
     __slots__ = (
         "n_new", "start", "pos_B", "rows", "n_keys", "mask", "is_causal", "write_idx", "write_rows",
@@ -92,12 +116,6 @@ class _Plan:
         self.write_rows: torch.Tensor | None = None  # ragged writes: which rows (None = all)
         self.active_host: np.ndarray | None = None  # rows that advance (None = all), 0/1 on the host
         self.active_dev: torch.Tensor | None = None  # the same on the device
-
-
-def _int_arg(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
-    return int(value)
 
 
 class TorchKVCache:
@@ -143,13 +161,14 @@ class TorchKVCache:
         return first
 
     def _check_layer(self, layer: Any) -> int:
-        layer = _int_arg("layer", layer)
+        layer = check_int("layer", layer)
         if not 0 <= layer < self.n_layers:
             raise ValueError(f"layer: expected 0 <= layer < {self.n_layers}, got {layer}")
         return layer
 
-    def _check_row(self, row: Any) -> int:
-        row = _int_arg("row", row)
+    def check_row(self, row: Any) -> int:
+        """``row`` as an int index of this batch, or a TypeError/ValueError naming ``row``."""
+        row = check_int("row", row)
         if not 0 <= row < self._batch_size:
             raise ValueError(f"row: expected 0 <= row < {self._batch_size}, got {row}")
         return row
@@ -162,7 +181,7 @@ class TorchKVCache:
         buf = self._layer_tensor(which, layer)  # (B, Hkv, >= len, K)
         if row is None:
             return buf[:, :, : len(self)]
-        row = self._check_row(row)
+        row = self.check_row(row)
         return buf[row, :, : int(self._host[row])]
 
     def keys(self, layer: int, row: int | None = None) -> torch.Tensor:
@@ -188,9 +207,9 @@ class TorchKVCache:
 
     def truncate(self, length: int, row: int | None = None) -> None:
         """Forget every position from ``length`` on, in every row or in one (rolls back rejected drafts)."""
-        length = _int_arg("length", length)
+        length = check_int("length", length)
         if row is not None:
-            row = self._check_row(row)
+            row = self.check_row(row)
         shortest = int(self._host.min()) if row is None else int(self._host[row])
         if not 0 <= length <= shortest:
             where = "every row's length" if row is None else f"row {row}'s length"
@@ -202,7 +221,7 @@ class TorchKVCache:
         self.truncate(0, row)
 
     # ------------------------------------------------------------ the forward-pass protocol
-    def _check_room(self, n_new: int, rows: np.ndarray, name: str) -> None:
+    def check_room(self, n_new: int, rows: np.ndarray, name: str) -> None:
         """Raise if a row among ``rows`` (indices) has no room for n_new more tokens."""
         worst = int(self._host[rows].max()) if rows.size else 0
         if worst + n_new > self._capacity:
@@ -211,10 +230,21 @@ class TorchKVCache:
                 f"{self._capacity}"
             )
 
-    def _plan(self, n_new: int, row: int | None = None, active: np.ndarray | None = None, name: str = "ids"):
+    def plan(
+        self, n_new: int, row: int | None = None, active: np.ndarray | None = None, name: str = "ids"
+    ) -> Plan:
+        """Where ``n_new`` new tokens go: in every row (``row`` None), in one row, or in the rows
+        that ``active`` (bool [B], None = all) marks. Raises, naming ``name``, if a row lacks room."""
         raise NotImplementedError
 
-    def _commit(self, plan: _Plan) -> None:
+    def store(
+        self, layer: int, k_new_BHTK: torch.Tensor, v_new_BHTK: torch.Tensor, plan: Plan
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: write one layer's new keys and values where ``plan``
+        says, return the keys and values the new queries attend to."""
+        raise NotImplementedError
+
+    def commit(self, plan: Plan) -> None:
         """Advance the lengths of the rows the pass wrote (the device copy and the host copy)."""
         n = plan.n_new
         if plan.rows != slice(None):
@@ -227,11 +257,21 @@ class TorchKVCache:
             self.lengths.add_(n)
             self._host += n
 
-    def _advance_all(self, n_new: int) -> None:
-        self.lengths.add_(n_new)
+    def advance(self, n_new: int, device: bool = True) -> None:
+        """Every row grows by ``n_new`` (after a decode step through ``decode_writer``).
+        ``device=False`` advances only the host copy, for a CUDA graph that advanced ``lengths``."""
+        if device:
+            self.lengths.add_(n_new)
         self._host += n_new
 
-    def _decode_writer(self, start: int) -> Callable[[int, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    @property
+    def host_lengths_array(self) -> np.ndarray:
+        """The host copy of the lengths, int64 [B], read-only (no device synchronisation)."""
+        view = self._host.view()
+        view.flags.writeable = False
+        return view
+
+    def decode_writer(self, start: int) -> Callable[[int, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         """For one decode step of every row at position ``start``: write(layer, kv_new_2BHK) stores
         the new key and value of that layer and returns [B,Hkv,S,K] keys and values to attend to."""
         raise NotImplementedError
@@ -244,21 +284,25 @@ class TorchKVCache:
         )
 
 
-class StaticKVCache(TorchKVCache):
+class TorchPreallocatedKVCache(TorchKVCache):
     """Buffers [L, B, Hkv, M, K] allocated once; each row written in place at its own length.
 
     ``k_LBHMK`` and ``v_LBHMK`` are the halves of one ``kv_2LBHMK`` [2, L, B, Hkv, M, K], so a decode
     step stores a layer's new key and value with one copy. On the CPU the buffer sits on 2 MiB pages
     where the OS allows. It starts zeroed (``nbytes`` counts the whole capacity from the start).
+
+    For a fixed-shape decode step (``torch_engine.decode_fixed``): ``k_flat`` and ``v_flat`` (per
+    layer, [B*Hkv*M, K] views of the buffers), ``base_BH`` ([B, Hkv], the flat index of each row
+    and head's position 0) and ``positions_M`` (0 .. M-1, on the device).
     """
 
-    kind = "static"
+    kind = "preallocated"
 
     def __init__(self, n_layers, batch_size, n_kv_heads, capacity, d_head, device, dtype) -> None:
         super().__init__(n_layers, batch_size, n_kv_heads, capacity, d_head, device, dtype)
         shape = (2, n_layers, batch_size, n_kv_heads, capacity, d_head)
         if self.device.type == "cpu":
-            kv = _host_empty(math.prod(shape), dtype).view(shape)
+            kv = host_empty(math.prod(shape), dtype).view(shape)
         else:
             kv = torch.empty(shape, dtype=dtype, device=self.device)
         # zeros, not garbage: masked-out slots still meet a 0 weight, and 0 * NaN would be NaN
@@ -266,10 +310,11 @@ class StaticKVCache(TorchKVCache):
         self.k_LBHMK, self.v_LBHMK = self.kv_2LBHMK.unbind(0)
         self._k = list(self.k_LBHMK.unbind(0))  # per layer (B, Hkv, M, K) views
         self._v = list(self.v_LBHMK.unbind(0))
-        self._k_flat = [k.view(-1, d_head) for k in self._k]  # (B*Hkv*M, K) views
-        self._v_flat = [v.view(-1, d_head) for v in self._v]
+        self.k_flat = [k.view(-1, d_head) for k in self._k]  # (B*Hkv*M, K) views
+        self.v_flat = [v.view(-1, d_head) for v in self._v]
         heads = torch.arange(batch_size * n_kv_heads, device=self.device).view(batch_size, n_kv_heads)
-        self._base_BH = heads * capacity  # flat index of (b, h, position 0)
+        self.base_BH = heads * capacity  # flat index of (b, h, position 0)
+        self.positions_M = torch.arange(capacity, device=self.device)
 
     def _layer_tensor(self, which: str, layer: int) -> torch.Tensor:
         return (self._k if which == "k" else self._v)[layer]
@@ -279,7 +324,7 @@ class StaticKVCache(TorchKVCache):
         """Bytes held, the whole capacity: preallocation reserves it up front."""
         return self.k_LBHMK.nbytes + self.v_LBHMK.nbytes
 
-    def _decode_writer(self, start):
+    def decode_writer(self, start):
         kv_at = self.kv_2LBHMK.select(4, start).unbind(1)  # per layer (2, B, Hkv, K): the slot of `start`
         k_read = self.k_LBHMK.narrow(3, 0, start + 1).unbind(0)  # per layer (B, Hkv, S, K)
         v_read = self.v_LBHMK.narrow(3, 0, start + 1).unbind(0)
@@ -290,11 +335,11 @@ class StaticKVCache(TorchKVCache):
 
         return write
 
-    def _plan(self, n_new, row=None, active=None, name="ids"):
-        plan = _Plan(n_new)
+    def plan(self, n_new, row=None, active=None, name="ids"):
+        plan = Plan(n_new)
         host = self._host
         if row is not None:  # one row of the batch (prefill_row)
-            self._check_room(n_new, np.array([row]), name)
+            self.check_room(n_new, np.array([row]), name)
             start = int(host[row])
             plan.rows, plan.start = slice(row, row + 1), start
             self._uniform_mask(plan, start)
@@ -302,12 +347,12 @@ class StaticKVCache(TorchKVCache):
         first = int(host[0])
         if active is None and (host == first).all():  # every row at the same position
             if first + n_new > self._capacity:
-                self._check_room(n_new, np.arange(self._batch_size), name)
+                self.check_room(n_new, np.arange(self._batch_size), name)
             plan.start = first
             self._uniform_mask(plan, first)
             return plan
         writing = np.arange(self._batch_size) if active is None else np.flatnonzero(active)
-        self._check_room(n_new, writing, name)
+        self.check_room(n_new, writing, name)
         # ragged rows: each row writes at its own length and sees only its own keys
         pos_B = self.lengths
         if int(host.max()) + n_new > self._capacity:  # an idle row is full: keep its (unused) query in range
@@ -317,17 +362,17 @@ class StaticKVCache(TorchKVCache):
         plan.mask = ragged_causal_mask(pos_B, n_new, plan.n_keys)
         arange_T = torch.arange(n_new, device=self.device)
         if active is None:
-            idx_BHT = self._base_BH[:, :, None] + (pos_B[:, None] + arange_T)[:, None, :]
+            idx_BHT = self.base_BH[:, :, None] + (pos_B[:, None] + arange_T)[:, None, :]
         else:
             rows = torch.as_tensor(writing, device=self.device)
             plan.write_rows = rows
             plan.active_host = active.astype(np.int64)
             plan.active_dev = torch.as_tensor(plan.active_host, device=self.device)
-            idx_BHT = self._base_BH[rows][:, :, None] + (pos_B[rows][:, None] + arange_T)[:, None, :]
+            idx_BHT = self.base_BH[rows][:, :, None] + (pos_B[rows][:, None] + arange_T)[:, None, :]
         plan.write_idx = idx_BHT.reshape(-1)
         return plan
 
-    def _uniform_mask(self, plan: _Plan, start: int) -> None:
+    def _uniform_mask(self, plan: Plan, start: int) -> None:
         n_new = plan.n_new
         plan.n_keys = start + n_new
         if n_new > 1:
@@ -336,12 +381,12 @@ class StaticKVCache(TorchKVCache):
             else:
                 plan.mask = causal_mask(n_new, start + n_new, self.device)
 
-    def _store(
+    def store(
         self,
         layer: int,
         k_new_BHTK: torch.Tensor,
         v_new_BHTK: torch.Tensor,
-        plan: _Plan,
+        plan: Plan,
     ):
         """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: write the new rows in place,
         return what the queries see.
@@ -359,13 +404,13 @@ class StaticKVCache(TorchKVCache):
             k_new_BHTK, v_new_BHTK = k_new_BHTK[write_rows], v_new_BHTK[write_rows]
         # one row of the flat (B*Hkv*M, K) views per (sequence, head, new token)
         k_rows = k_new_BHTK.reshape(-1, self.d_head)
-        self._k_flat[layer].index_copy_(0, plan.write_idx, k_rows)
+        self.k_flat[layer].index_copy_(0, plan.write_idx, k_rows)
         v_rows = v_new_BHTK.reshape(-1, self.d_head)
-        self._v_flat[layer].index_copy_(0, plan.write_idx, v_rows)
+        self.v_flat[layer].index_copy_(0, plan.write_idx, v_rows)
         return k_l[:, :, : plan.n_keys], v_l[:, :, : plan.n_keys]
 
 
-class ConcatKVCache(TorchKVCache):
+class TorchConcatKVCache(TorchKVCache):
     """Per layer, keys and values [B, Hkv, len, K] that grow by ``torch.cat``; rows share one length."""
 
     kind = "concat"
@@ -386,18 +431,18 @@ class ConcatKVCache(TorchKVCache):
 
     def _set_length(self, length: int, row: int | None) -> None:
         if row is not None and self._batch_size > 1:
-            raise ValueError("row: a concat cache keeps its rows at one length; use kind='static'")
+            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
         super()._set_length(length, None)
         self._k = [k[:, :, :length].clone() for k in self._k]  # release what was cut off
         self._v = [v[:, :, :length].clone() for v in self._v]
 
-    def _plan(self, n_new, row=None, active=None, name="ids"):
+    def plan(self, n_new, row=None, active=None, name="ids"):
         if row is not None and self._batch_size > 1:
-            raise ValueError("row: a concat cache keeps its rows at one length; use kind='static'")
+            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
         if active is not None and not active.all():
-            raise ValueError("active: a concat cache advances every row together; use kind='static'")
-        self._check_room(n_new, np.arange(self._batch_size), name)
-        plan = _Plan(n_new)
+            raise ValueError("active: a concat cache advances every row together; use kind='preallocated'")
+        self.check_room(n_new, np.arange(self._batch_size), name)
+        plan = Plan(n_new)
         start = len(self)
         plan.start, plan.n_keys = start, start + n_new
         if n_new > 1:
@@ -407,7 +452,7 @@ class ConcatKVCache(TorchKVCache):
                 plan.mask = causal_mask(n_new, start + n_new, self.device)
         return plan
 
-    def _decode_writer(self, start):
+    def decode_writer(self, start):
         def write(layer: int, kv_new_2BHK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             k_new_BHTK, v_new_BHTK = kv_new_2BHK.unsqueeze(3).unbind(0)  # (B, Hkv, 1, K) each
             self._k[layer] = torch.cat([self._k[layer].narrow(2, 0, start), k_new_BHTK], dim=2)
@@ -416,12 +461,12 @@ class ConcatKVCache(TorchKVCache):
 
         return write
 
-    def _store(
+    def store(
         self,
         layer: int,
         k_new_BHTK: torch.Tensor,
         v_new_BHTK: torch.Tensor,
-        plan: _Plan,
+        plan: Plan,
     ):
         """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: new tensors old ++ new (a full
         copy of the history).

@@ -1,7 +1,8 @@
 """Reproducible training of the toy model's weights: ``python -m kvtutor.train_toy [OUT.npz]``.
 
-Trains ``transformers``' GPT-2 (the reference implementation) at TOY_CONFIG sizes on the toy
-corpus, full batch, seeded, on the CPU, in about 15 seconds, then stores the weights as npz.
+Trains ``transformers``' GPT-2 (the reference implementation, built by ``gpt2_weights.build_hf_gpt2``)
+at TOY_CONFIG sizes on the toy corpus, full batch, seeded, on the CPU, in about 15 seconds, then
+stores the weights as npz.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import TOY_CONFIG
+from .gpt2_weights import build_hf_gpt2
 from .numpy_model import NumpyModel
 from .toy import TOY_CORPUS, load_toy_tokenizer, toy_weights_path
 
@@ -19,19 +21,11 @@ from .toy import TOY_CORPUS, load_toy_tokenizer, toy_weights_path
 def train_toy(steps: int = 3000, seed: int = 0, out: Path | None = None) -> NumpyModel:
     """Train the toy model on TOY_CORPUS with transformers' GPT-2 and save the weights (npz)."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = TOY_CONFIG
     tok = load_toy_tokenizer()
     torch.manual_seed(seed)
-    hf_cfg = GPT2Config(
-        vocab_size=cfg.vocab_size, n_positions=cfg.max_seq_len, n_embd=cfg.d_model,
-        n_layer=cfg.n_layers, n_head=cfg.n_heads, n_inner=cfg.d_ff,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=cfg.layer_norm_eps,
-        activation_function="gelu_new", bos_token_id=None, eos_token_id=None,
-        loss_type="ForCausalLM",
-    )  # fmt: skip
-    model = GPT2LMHeadModel(hf_cfg)
+    model = build_hf_gpt2(cfg).train()  # transformers' own initialisation, seeded
     rows = [tok.encode(line) for line in TOY_CORPUS]
     width = max(len(r) for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)

@@ -1,8 +1,8 @@
 """Figures for the book: attention heatmaps, the cache as a grid, matrix shapes to scale, information flow.
 
 Every function draws real arrays or shapes handed to it by a notebook and returns the matplotlib
-``Figure``; nothing here computes model quantities. matplotlib (the ``book`` extra) is imported
-inside the functions, so ``import kvtutor`` never needs it.
+``Figure``; nothing here computes model quantities. matplotlib is imported
+when a function runs (``style.pyplot``), so ``import kvtutor`` never needs it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+from .style import (
+    COMPUTED_COLOR,
+    DARK,
+    DECODE_COLOR,
+    EMPTY_COLOR,
+    GREEN,
+    NEW_EDGE,
+    PAGE_WIDTH,
+    PROMPT_COLOR,
+    RESULT_COLOR,
+    WEIGHT_COLOR,
+    pyplot,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,24 +40,6 @@ __all__ = [
     "plot_matmul_shapes",
     "plot_information_flow",
 ]
-
-PROMPT_COLOR = "#4c78a8"  # K/V written by prefill
-DECODE_COLOR = "#f58518"  # K/V written by decode steps, and the new token
-NEW_EDGE = "#d62728"  # outline of what this step writes
-EMPTY_COLOR = "#eeeeee"  # reserved, not yet written
-COMPUTED_COLOR = "#54a24b"  # K/V rows computed in this pass
-WEIGHT_COLOR = "#bab0ac"  # a weight matrix, read from memory
-RESULT_COLOR = "#b279a2"  # the product
-
-#: inches: the book's text column at 1280 px is about 700 px wide, and figures are drawn at
-#: 100 dpi, so a figure this wide is shown at its own size and its fonts keep their size
-PAGE_WIDTH = 7.0
-
-
-def _pyplot():
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _check_2d(name: str, arr: Any) -> np.ndarray:
@@ -128,7 +124,7 @@ def plot_matrix(
     m_RC = _check_2d("m_RC", m_RC)
     rows = _check_labels("row_labels", row_labels, m_RC.shape[0])
     cols = _check_labels("col_labels", col_labels, m_RC.shape[1])
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(0.7 * m_RC.shape[1] + 1.5, 0.5 * m_RC.shape[0] + 1.0))
     _heatmap(ax, m_RC, rows, cols, title, fmt)
     fig.tight_layout()
@@ -166,7 +162,7 @@ def plot_attention(
             )
         panels.append((mask_TS, "causal mask (added)", "", "mask"))
     panels.append((a_TS, r"weights $A$ (rows sum to 1)", "{:.2f}", "magma"))
-    plt = _pyplot()
+    plt = pyplot()
     n_t, n_s = scores_TS.shape
     # cells of at most 0.6 in, and the whole figure no wider than the page
     cell = min(0.6, (PAGE_WIDTH - 0.4 - 1.0 * len(panels)) / (len(panels) * n_s))
@@ -200,7 +196,7 @@ def plot_token_probs(
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= len(probs_V):
         raise ValueError(f"top_k: expected an int in 1..{len(probs_V)}, got {top_k!r}")
     order = np.argsort(-probs_V, kind="stable")[:top_k]
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 0.32 * top_k + 1.0))
     ys = np.arange(top_k)[::-1]
     colors = [DECODE_COLOR if i == 0 else PROMPT_COLOR for i in range(top_k)]
@@ -242,7 +238,7 @@ def plot_cache_buffer(
     tokens = _check_labels("tokens", tokens, int(length))
     if any(not 0 <= p < length for p in new):
         raise ValueError(f"new: expected filled positions in 0..{length - 1}, got {list(new)}")
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(
         n_heads, 1, figsize=(0.42 * capacity + 1.4, 1.1 * n_heads * d_head / 4 + 0.9), squeeze=False
     )
@@ -321,7 +317,7 @@ def plot_cache_growth(
         raise ValueError(f"capacity: expected at least the longest cache length {top}, got {capacity}")
     if len(tokens) < top:
         raise ValueError(f"tokens: expected a label for each of {top} positions, got {len(tokens)}")
-    plt = _pyplot()
+    plt = pyplot()
     n_steps = len(step_labels)
     fig, axes = plt.subplots(
         len(lengths), 1, figsize=(0.45 * capacity + 2.0, (0.36 * n_steps + 0.6) * len(lengths)), squeeze=False
@@ -422,7 +418,7 @@ def plot_matmul_shapes(products: dict[str, Sequence[Product]], title: str = "") 
                 )
             span_x = max(span_x, prod.a_shape[1] + 2 * prod.b_shape[1] + 5.5)
             row_heights[r] = max(row_heights[r], max(prod.a_shape[0], prod.b_shape[0]) + 3.2)
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     unit = 0.17  # inches per cell: "@", "=" and the shape labels need about two cells
@@ -492,7 +488,7 @@ def plot_information_flow(tokens: Sequence[str], n_layers: int, next_token: str)
         raise ValueError(f"n_layers: expected a positive int, got {n_layers!r}")
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    plt = _pyplot()
+    plt = pyplot()
     n_pos = len(tokens)
     new = n_pos - 1
     dx, dy, bw, bh = 1.6, 1.5, 1.1, 0.6
@@ -572,7 +568,7 @@ def plot_information_flow(tokens: Sequence[str], n_layers: int, next_token: str)
         below = dy * 0.55 if layer == 0 else dy * (layer + 0.4)
         arrow((new * dx, below + bh / 2), (new * dx, y - bh / 2))
     top = dy * (n_layers + 1.2)
-    box(new * dx, top, "LM head", "#54a24b")
+    box(new * dx, top, "LM head", GREEN)
     arrow((new * dx, dy * (n_layers + 0.4) + bh / 2), (new * dx, top - bh / 2))
     ax.text(new * dx + bw / 2 + 0.25, top, f"next token: {next_token!r}", ha="left", va="center", fontsize=9)
     ax.text(
@@ -582,7 +578,7 @@ def plot_information_flow(tokens: Sequence[str], n_layers: int, next_token: str)
         ha="left",
         va="center",
         fontsize=8,
-        color="#333333",
+        color=DARK,
     )
     ax.set_xlim(-dx / 2 - 1.6, dx * n_pos + 1.6)
     ax.set_ylim(-0.8, top + 0.7)

@@ -8,12 +8,12 @@ calculator for readers who run the notebook.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .hf_config import bundled_models, load_model_spec
-from .memory import (
+from ..hf_config import bundled_models, load_model_spec
+from ..memory import (
     GIB,
     format_report,
     kv_bytes_per_sequence,
@@ -23,7 +23,11 @@ from .memory import (
     max_batch,
     weights_bytes,
 )
-from .paged import PagedKVCache, PagedKVPool, TraceResult
+from .style import COLORS, DASHES, pyplot
+
+if TYPE_CHECKING:
+    from ..paged import PagedKVCache, PagedKVPool
+    from ..paged_trace import TraceResult
 
 __all__ = [
     "plot_memory_vs_context",
@@ -36,24 +40,6 @@ __all__ = [
     "plot_trace",
     "plot_waste_vs_block_size",
 ]
-
-COLORS = [
-    "tab:blue",
-    "tab:orange",
-    "tab:green",
-    "tab:red",
-    "tab:purple",
-    "tab:brown",
-    "tab:pink",
-    "tab:olive",
-]
-
-
-#: dash patterns for lines that share a style otherwise (the weights in plot_memory_vs_context)
-DASHES = [
-    (0, (6, 2)), (0, (2, 1.5)), (0, (7, 2, 1.5, 2)), (0, (12, 3)),
-    (0, (1, 1)), (0, (4, 1.5, 1, 1.5, 1, 1.5)), (0, (9, 2, 2, 2, 2, 2)), (0, (3, 3)),
-]  # fmt: skip
 
 
 def _spread(fracs: Sequence[float], gap: float) -> list[float]:
@@ -71,10 +57,8 @@ def _spread(fracs: Sequence[float], gap: float) -> list[float]:
 
 
 def _axes(ax: Any = None, figsize: tuple[float, float] | None = None) -> Any:
-    import matplotlib.pyplot as plt
-
     if ax is None:
-        _, ax = plt.subplots(figsize=figsize)
+        _, ax = pyplot().subplots(figsize=figsize)
     return ax
 
 
@@ -228,7 +212,7 @@ def kv_calculator_widget(model: str = "llama-3-8b", seq_len: int = 8192, batch: 
 
 def draw_head_sharing(n_heads: int = 8, kv_options: Sequence[int] = (8, 2, 1), axes: Any = None) -> Any:
     """Query heads (top row) and the KV heads they read (bottom row), for MHA, GQA and MQA."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.patches import FancyBboxPatch
 
     if axes is None:
@@ -353,8 +337,7 @@ def draw_paged_layout(
 
 def plot_trace(results: Sequence[TraceResult], axes: Any = None) -> Any:
     """Reserved and used token positions over a trace replay, one panel per scheme."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     if axes is None:
         _, axes = plt.subplots(len(results), 1, figsize=(7.0, 2.2 * len(results)), sharex=True, sharey=True)
     axes = np.atleast_1d(axes)

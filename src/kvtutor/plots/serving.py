@@ -2,7 +2,7 @@
 latencies, and speculative decoding's measurements beside its theory.
 
 Every function draws numbers handed to it (measured or counted by a notebook) and returns the
-matplotlib ``Figure``; matplotlib is imported inside the functions.
+matplotlib ``Figure``; matplotlib is imported when a function runs (``style.pyplot``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .figures import DECODE_COLOR, PROMPT_COLOR
-from .serving import BatchSweepRow, LatencySummary, ServingTrace, latency_summary
+from ..serving import BatchSweepRow, LatencySummary, ServingTrace, latency_summary
+from .style import DECODE_COLOR, POLICY_COLORS, PROMPT_COLOR, SERIES_COLORS, WAIT_COLOR, pyplot
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -28,16 +28,6 @@ __all__ = [
     "plot_ttft_tpot",
     "plot_latency_throughput",
 ]
-
-WAIT_COLOR = "#d9d9d9"
-POLICY_COLORS = {"static": "#e45756", "continuous": "#54a24b"}
-SERIES_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
-
-
-def _pyplot():
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _vector(name: str, values: Any, n: int | None = None) -> np.ndarray:
@@ -63,7 +53,7 @@ def plot_decode_throughput(batch_B: Any, tokens_per_s_B: Any, title: str = "") -
     """
     batch_B = _vector("batch_B", batch_B)
     rate_B = _vector("tokens_per_s_B", tokens_per_s_B, len(batch_B))
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
     ideal = rate_B[0] / batch_B[0] * batch_B
     ax.plot(batch_B, ideal, ls="--", color="grey", label="ideal: B x (tokens/s of one row)")
@@ -87,7 +77,7 @@ def plot_schedules(traces: Sequence[ServingTrace]) -> Figure:
     The x axis is the scheduler step; each request is a row, from its arrival to its last token.
     """
     traces = _traces(traces)
-    plt = _pyplot()
+    plt = pyplot()
     n_req = max(len(t.requests) for t in traces)
     last = max((t.steps[-1].step for t in traces if t.steps), default=1)
     fig, axes = plt.subplots(
@@ -118,7 +108,7 @@ def plot_schedules(traces: Sequence[ServingTrace]) -> Figure:
 def plot_latencies(traces: Sequence[ServingTrace]) -> Figure:
     """ServingTraces -> Figure: left, each request's latency in steps per policy; right, tokens per step."""
     traces = _traces(traces)
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9.0, 3.6), gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(traces)
     for j, trace in enumerate(traces):
@@ -160,7 +150,7 @@ def _measured_vs_theory(
     theory = _check_series("theory", theory, len(k_K))
     if set(theory) - set(measured):
         raise ValueError(f"theory: expected labels among {sorted(measured)}, got {sorted(theory)}")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
     for j, (label, values) in enumerate(measured.items()):
         color = SERIES_COLORS[j % len(SERIES_COLORS)]
@@ -197,7 +187,7 @@ def plot_distributions(p_V: Any, counts: Any, labels: Sequence[str] | None = Non
     counts = _check_series("counts", counts, len(p_V))
     if labels is not None and len(labels) != len(p_V):
         raise ValueError(f"labels: expected {len(p_V)} labels, got {len(labels)}")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * len(p_V) + 2), 3.6))
     width = 0.8 / (1 + len(counts))
     x = np.arange(len(p_V))
@@ -237,7 +227,7 @@ def plot_ttft_tpot(run: Any, clock: str = "seconds", title: str = "") -> Figure:
     if not isinstance(run, LatencySummary):
         raise TypeError(f"run: expected a LatencySummary or a ServingTrace, got {type(run).__name__}")
     suffix, scale, unit = _clock(clock)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
     styles = {50: "-", 90: "--", 99: ":"}
     for ax, (name, label, color) in zip(
@@ -285,7 +275,7 @@ def plot_latency_throughput(rows: Sequence[BatchSweepRow], clock: str = "seconds
     suffix, scale, unit = _clock(clock)
     rate = np.array([r.tokens_per_second if clock == "seconds" else r.tokens_per_step for r in rows])
     rate_label = "throughput, tokens per second" if clock == "seconds" else "throughput, tokens per step"
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9.0, 3.6))
     tpot50 = np.array([getattr(r, f"tpot{suffix}_p50") for r in rows]) * scale
     tpot90 = np.array([getattr(r, f"tpot{suffix}_p90") for r in rows]) * scale

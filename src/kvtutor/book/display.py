@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .text import TEXT_WIDTH
+from ..text import TEXT_WIDTH
 
 
 def setup_notebook(seed: int = 0) -> None:

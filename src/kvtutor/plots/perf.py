@@ -2,7 +2,7 @@
 
 Each function draws sections of a benchmark result (the dicts that ``kvtutor.bench.run_*`` return,
 live or loaded from a recorded JSON) and returns the matplotlib ``Figure``; none measures anything.
-matplotlib is imported inside the functions, so ``import kvtutor`` never needs it.
+matplotlib is imported when a function runs (``style.pyplot``), so ``import kvtutor`` never needs it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .knee import fit_sweep
+from ..knee import fit_sweep
+from .style import DECODE_COLOR, FIT_COLOR, PREDICTED_STYLE, PROMPT_COLOR, ROOF_COLOR, TAB_RED, pyplot
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,17 +28,6 @@ __all__ = [
     "plot_decode_growth",
     "BENCH_FIGURES",
 ]
-
-PREFILL_COLOR = "#4c78a8"
-DECODE_COLOR = "#f58518"
-ROOF_COLOR = "#333333"
-PREDICTED_STYLE = {"linestyle": "--", "linewidth": 1.2, "alpha": 0.8}
-
-
-def _pyplot():
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _check_section(name: str, section: Any, key: str = "points") -> list[dict[str, Any]]:
@@ -98,12 +88,12 @@ def plot_roofline(
     """Measured prefill (one point per prompt length T) and decode (one per batch B) on the roofline
     min(peak, intensity x bandwidth) drawn from the ceilings measured in the same run."""
     peak, bw = float(ceilings["peak_flops"]), float(ceilings["bandwidth"])
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     series = []
     if prefill is not None:
         pts = _check_section("prefill", prefill)
-        series.append(("prefill, T =", "n_tokens", pts, PREFILL_COLOR, "o"))
+        series.append(("prefill, T =", "n_tokens", pts, PROMPT_COLOR, "o"))
     if decode is not None:
         pts = _check_section("decode", decode)
         series.append(("decode, B =", "batch_size", pts, DECODE_COLOR, "s"))
@@ -143,12 +133,12 @@ def plot_roofline(
 def plot_prefill_times(prefill: dict[str, Any], title: str = "") -> Figure:
     """Prefill time vs prompt length T, measured, with the roofline prediction where present."""
     pts = _check_section("prefill", prefill)
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots()
     t = [p["n_tokens"] for p in pts]
-    ax.plot(t, [p["time"]["median_s"] * 1e3 for p in pts], "o-", color=PREFILL_COLOR, label="measured")
+    ax.plot(t, [p["time"]["median_s"] * 1e3 for p in pts], "o-", color=PROMPT_COLOR, label="measured")
     if all("predicted_time_s" in p for p in pts):
-        ax.plot(t, [p["predicted_time_s"] * 1e3 for p in pts], color=PREFILL_COLOR, label="roofline",
+        ax.plot(t, [p["predicted_time_s"] * 1e3 for p in pts], color=PROMPT_COLOR, label="roofline",
                 **PREDICTED_STYLE)  # fmt: skip
     _timing_axes(ax, "prompt length T", "prefill time (ms)")
     ax.set_title(title or "Prefill time grows with T")
@@ -161,7 +151,7 @@ def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
     """Decode step time and tokens/s vs batch size, with the roofline's prediction, the two-arm fit
     of ``kvtutor.knee`` and, where the sweep resolves one, the measured knee."""
     pts = _check_section("decode", decode)
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(9.6, 3.6))
     b = [p["batch_size"] for p in pts]
     ax_t.plot(b, [p["time"]["median_s"] * 1e3 for p in pts], "s-", color=DECODE_COLOR, label="measured")
@@ -174,14 +164,14 @@ def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
                   label="roofline", **PREDICTED_STYLE)  # fmt: skip
     fit = fit_sweep(decode) if len(pts) >= 3 else None
     if fit is not None:
-        ax_t.plot(b, [fit.time(x) * 1e3 for x in b], color="#2ca02c", linestyle=":", linewidth=1.2,
+        ax_t.plot(b, [fit.time(x) * 1e3 for x in b], color=FIT_COLOR, linestyle=":", linewidth=1.2,
                   label=f"two arms fitted (rms error {fit.rms_rel_error:.0%})")  # fmt: skip
     for ax in (ax_t, ax_r):
         if fit is not None and fit.resolved:
-            ax.axvline(fit.knee, color="#2ca02c", linewidth=1, label=f"measured knee B = {fit.knee:.3g}")
+            ax.axvline(fit.knee, color=FIT_COLOR, linewidth=1, label=f"measured knee B = {fit.knee:.3g}")
         pred = decode.get("predicted_ridge_batch")
         if pred:
-            ax.axvline(pred, color="#2ca02c", linestyle="--", linewidth=1, label=f"predicted B = {pred:.3g}")
+            ax.axvline(pred, color=FIT_COLOR, linestyle="--", linewidth=1, label=f"predicted B = {pred:.3g}")
         _timing_axes(ax, "batch size B")
     ax_t.set_ylabel("time per decode step (ms)")
     ax_r.set_ylabel("tokens/s")
@@ -196,13 +186,13 @@ def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
 def plot_cache_vs_recompute(recompute: dict[str, Any], title: str = "") -> Figure:
     """Tokens/s with and without the cache vs sequence length, measured and (dashed) predicted."""
     pts = _check_section("recompute", recompute)
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots()
     n = [p["seq_len"] for p in pts]
     lines = (
         ("cached", DECODE_COLOR, "s", "with the cache"),
-        ("uncached", PREFILL_COLOR, "o", "recompute, no cache"),
-        ("cached_graph", "#2ca02c", "^", "with the cache, CUDA graph"),
+        ("uncached", PROMPT_COLOR, "o", "recompute, no cache"),
+        ("cached_graph", FIT_COLOR, "^", "with the cache, CUDA graph"),
     )
     for key, color, marker, label in lines:
         if not all(key in p for p in pts):
@@ -224,21 +214,21 @@ def plot_static_vs_concat(concat: dict[str, Any], title: str = "") -> Figure:
     """Left: generate time with the static and the concat cache vs tokens generated. Right: the K/V
     bytes each moves (cost model): in-place writes grow linearly, concat's copies quadratically."""
     pts = _check_section("concat", concat)
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(9.6, 3.6))
     n = [p["n_new"] for p in pts]
     ax_t.plot(
         n,
         [p["static"]["time"]["median_s"] for p in pts],
         "s-",
-        color=PREFILL_COLOR,
+        color=PROMPT_COLOR,
         label="static (in place)",
     )
     ax_t.plot(n, [p["concat"]["time"]["median_s"] for p in pts], "o-", color=DECODE_COLOR, label="concat")
     ax_t.set_xlabel("tokens generated")
     ax_t.set_ylabel("generate time (s), measured")
     ax_t.legend(fontsize=8)
-    ax_b.plot(n, [p["static_write_bytes"] / 2**20 for p in pts], "s-", color=PREFILL_COLOR,
+    ax_b.plot(n, [p["static_write_bytes"] / 2**20 for p in pts], "s-", color=PROMPT_COLOR,
               label="written in place")  # fmt: skip
     ax_b.plot(n, [p["concat_copy_bytes"] / 2**20 for p in pts], "o-", color=DECODE_COLOR,
               label="copied by concat")  # fmt: skip
@@ -255,12 +245,12 @@ def plot_static_vs_concat(concat: dict[str, Any], title: str = "") -> Figure:
 def plot_append_times(append: dict[str, Any], title: str = "") -> Figure:
     """Time of one append of one token's keys vs tokens already cached: concat and in place."""
     pts = _check_section("append", append)
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots()
     s = [p["cached"] for p in pts]
     ax.plot(s, [p["concat"]["time"]["median_s"] * 1e6 for p in pts], "o-", color=DECODE_COLOR,
             label="torch.cat (copies the history)")  # fmt: skip
-    ax.plot(s, [p["in_place"]["time"]["median_s"] * 1e6 for p in pts], "s-", color=PREFILL_COLOR,
+    ax.plot(s, [p["in_place"]["time"]["median_s"] * 1e6 for p in pts], "s-", color=PROMPT_COLOR,
             label="write in place (one row)")  # fmt: skip
     _timing_axes(ax, "tokens already cached S", "time per append (µs), measured")
     ax.set_title(title or "Appending one token's keys to one layer")
@@ -275,9 +265,9 @@ def plot_decode_growth(sweeps: dict[str, dict[str, Any]], title: str = "") -> Fi
     proportional to B (every sequence paying full price)."""
     if not sweeps:
         raise ValueError("sweeps: expected at least one decode sweep")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    colors = (DECODE_COLOR, PREFILL_COLOR, "#2ca02c", "#d62728")
+    colors = (DECODE_COLOR, PROMPT_COLOR, FIT_COLOR, TAB_RED)
     b_all: list[int] = []
     for (label, decode), color in zip(sweeps.items(), colors * len(sweeps), strict=False):
         pts = _check_section(label, decode)

@@ -1,0 +1,73 @@
+"""``python -m kvtutor bench``: measure prefill and decode against this machine's own ceilings.
+
+One run probes the machine (read bandwidth, copy bandwidth, matmul FLOP/s), then measures the
+model and writes every number, as seconds and as ratios to those ceilings, to one JSON file:
+
+- prefill time vs prompt length and decode time vs batch size, as points on the roofline;
+- the batch size at which decode turns compute-bound, measured and predicted by the cost model;
+- how fast a batch-1 decode step reads its weights, against one large GEMV (or a device copy);
+- ``TorchModel.generate`` against ``transformers``' ``generate`` (same weights, same tokens);
+- prefill FLOP/s against ``torch.matmul`` in the model's own shapes;
+- the preallocated (static) cache against the concat cache;
+- tokens/s with and without the cache as the sequence grows.
+
+Sizes: ``tiny`` (tests), ``quick`` (CI, the default on a CPU) and ``full`` (the goals' sizes, the
+default on CUDA); ``--quick``/``--size`` or ``KVTUTOR_BENCH_SIZE`` choose. Each section is also a
+function that the book's chapters call with small sizes.
+
+The package: ``sizes`` (the model shapes and the sizes of each section), ``common`` (what the
+experiments share), ``experiments`` and ``engine`` (the sections, one function each), ``goals``
+(the targets and ``evaluate_goals``), ``schema`` (the result JSON, written down and checked) and
+``cli`` (``run``, ``main``, writing the JSON and the plots). Every name the chapters use is here.
+"""
+
+from __future__ import annotations
+
+from .cli import main, run, summary, write_result
+from .common import ceilings, make_model
+from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
+from .experiments import (
+    add_predictions,
+    run_append,
+    run_cache_vs_recompute,
+    run_decode_bandwidth,
+    run_decode_sweep,
+    run_generate_vs_transformers,
+    run_prefill_sweep,
+    run_prefill_vs_matmul,
+    run_static_vs_concat,
+)
+from .goals import GIB, GPU_GOALS, evaluate_goals
+from .schema import SCHEMA_VERSION, check_result, load_result
+from .tables import MODELS, SIZES, sizes
+
+__all__ = [
+    "GIB",
+    "GPU_GOALS",
+    "MODELS",
+    "SIZES",
+    "SCHEMA_VERSION",
+    "sizes",
+    "ceilings",
+    "make_model",
+    "run_prefill_sweep",
+    "run_decode_sweep",
+    "run_decode_bandwidth",
+    "run_prefill_vs_matmul",
+    "run_generate_vs_transformers",
+    "run_static_vs_concat",
+    "run_append",
+    "run_cache_vs_recompute",
+    "run_engine",
+    "run_big_decode",
+    "run_generate_vs_hf_static",
+    "run_graph_vs_concat",
+    "add_predictions",
+    "evaluate_goals",
+    "check_result",
+    "load_result",
+    "write_result",
+    "summary",
+    "run",
+    "main",
+]

@@ -1,0 +1,365 @@
+"""``python -m kvtutor bench``: the whole run and its command line.
+
+``run`` probes the machine, measures every section (``experiments``, ``engine``), evaluates the
+goals (``goals``) and returns the result, checked against the schema (``schema``); ``main`` parses
+the command line, writes the JSON (after every section, so that a run cut short keeps what it
+measured) and the plots, and prints the goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import timing
+from ..extras import missing_extra
+from ..timing import bench_size, describe, load_average, probe_machine
+from ..validate import default_device, dtype_info
+from .common import MEASURED_HOOKS, ceilings, make_model
+from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
+from .experiments import (
+    add_predictions,
+    run_cache_vs_recompute,
+    run_decode_bandwidth,
+    run_decode_sweep,
+    run_generate_vs_transformers,
+    run_prefill_sweep,
+    run_prefill_vs_matmul,
+    run_static_vs_concat,
+)
+from .goals import evaluate_goals
+from .schema import SCHEMA_VERSION, check_result
+from .tables import sizes
+
+if TYPE_CHECKING:
+    from ..torch_model import TorchModel
+
+__all__ = ["BENCH_DTYPES", "RUN_SECTIONS", "run", "write_result", "summary", "main"]
+
+#: the dtypes the benchmark times its models in
+BENCH_DTYPES = ("float32", "bfloat16", "float16")
+#: the sections of a run, in the order it measures them (``engine`` only on CUDA by default)
+RUN_SECTIONS = ("rooflines", "bandwidth", "generate", "prefill_goal", "concat", "recompute", "engine")
+
+
+def _progress(total: int, desc: str):
+    """A tqdm bar over the sections on a terminal (it counts the measurements as it goes), else None."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return contextlib.nullcontext(None)
+    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), leave=False, unit="section")
+
+
+def _log_line(msg: str) -> None:
+    """A progress line on stderr that does not collide with a tqdm bar there."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        print(msg, file=sys.stderr, flush=True)
+    else:
+        tqdm.write(msg, file=sys.stderr)
+
+
+def _finite(obj: Any) -> Any:
+    """inf / nan -> None, so that the JSON is strict."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def run(
+    device: str | None = None,
+    size: str | None = None,
+    quick: bool | None = None,
+    dtype: Any = None,
+    sections: Sequence[str] | None = None,
+    log: Callable[[str], None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Probe the machine and measure every section; returns the result dict that ``main`` writes as JSON.
+
+    ``checkpoint``, if given, receives the result so far (goals evaluated, ``"partial": True``) after
+    every section: a run cut short by a time limit still leaves what it measured.
+
+    sections: any of ``rooflines``, ``bandwidth``, ``generate``, ``prefill_goal``, ``concat``,
+    ``recompute``, ``engine`` (default all; ``engine``, the GPU goals of the fast path, only on CUDA).
+    """
+    import torch
+
+    device = default_device() if device is None else str(device)
+    on_gpu = device.startswith("cuda")
+    sz = sizes(device, size, quick)
+    dtype = ("bfloat16" if on_gpu else "float32") if dtype is None else dtype_info(dtype).name
+    if dtype not in BENCH_DTYPES:
+        raise ValueError(f"dtype: expected one of {list(BENCH_DTYPES)}, got {dtype!r}")
+    all_sections = RUN_SECTIONS
+    if sections is None:
+        sections = all_sections if on_gpu else all_sections[:-1]
+    sections = tuple(sections)
+    for s in sections:
+        if s not in all_sections:
+            raise ValueError(f"sections: expected names from {list(all_sections)}, got {s!r}")
+    log = log or (lambda msg: None)
+    mrt, reps = sz["min_run_time"], sz["repeats"]
+    t_start = time.perf_counter()
+    result: dict[str, Any] = {"schema": SCHEMA_VERSION, "device": device, "size": sz["size"], "dtype": dtype,
+                              "sizes": _finite(sz), "seconds": {}}  # fmt: skip
+    steps = 1 + len(sections)
+    with _progress(steps, "bench") as bar, contextlib.ExitStack() as stack:
+        counted = [0]
+
+        def measured() -> None:
+            counted[0] += 1
+            if bar is not None:
+                bar.set_postfix_str(f"{counted[0]} measurements", refresh=True)
+
+        MEASURED_HOOKS.append(measured)
+        stack.callback(MEASURED_HOOKS.remove, measured)
+
+        def tick(name: str, t0: float) -> None:
+            result["seconds"][name] = round(time.perf_counter() - t0, 3)
+            log(f"{name}: {result['seconds'][name]:.1f} s ({counted[0]} measurements so far)")
+            if bar is not None:
+                bar.update(1)
+            if checkpoint is not None:
+                partial = _finite({**result, "goals": evaluate_goals(result), "partial": True})
+                checkpoint(check_result(partial, f"run() after {name}"))
+
+        t0 = time.perf_counter()
+        dtypes = (dtype, "float32") if on_gpu and dtype != "float32" else (dtype,)
+        probe = probe_machine(device, size=sz["size"], dtypes=dtypes)
+        result["probe"] = probe
+        result["hardware"] = probe["hardware"]
+        result["versions"] = probe["versions"]
+        result["date"] = probe["hardware"]["date"]
+        ceil = ceilings(probe, dtype)
+        result["ceilings"] = ceil
+        tick("probe", t0)
+        models: dict[str, Any] = {}
+
+        def model(name: str, dt: Any = dtype):
+            key = (name, dtype_info(dt).name)
+            if key not in models:
+                for k in [k for k in models if k[0] != name]:  # keep at most one large model alive
+                    del models[k]
+                if on_gpu:
+                    torch.cuda.empty_cache()
+                models[key] = make_model(name, device, dt)
+            return models[key]
+
+        if "rooflines" in sections:
+            t0 = time.perf_counter()
+            m = model(sz["roofline_model"])
+            result["prefill_sweep"] = run_prefill_sweep(m, sz["prefill_lengths"], mrt, reps)
+            ds = run_decode_sweep(m, sz["decode_batches"], sz["decode_context"], mrt, reps, fast=on_gpu)
+            result["decode_sweep"] = add_predictions(ds, ceil)
+            add_predictions(result["prefill_sweep"], ceil)
+            tick("rooflines", t0)
+        if "bandwidth" in sections:
+            t0 = time.perf_counter()
+            m = model(sz["bandwidth_model"])
+            gemv_n = None if on_gpu else timing.PROBE_SIZES["cpu"][sz["size"]]["gemv_n"]
+            result["decode_bandwidth"] = run_decode_bandwidth(
+                m, sz["bandwidth_context"], mrt, max(reps, 5), on_gpu, gemv_n
+            )
+            del m
+            bw = result["decode_bandwidth"]
+            bw["ratio_to_probe_gemv"] = bw["weight_bytes_per_s"] / ceil["gemv_bandwidth"]
+            bw.setdefault("ratio_to_gemv", bw["ratio_to_probe_gemv"])  # no GEMV timed beside it
+            bw["ratio_to_copy"] = bw["weight_bytes_per_s"] / ceil["copy_bandwidth"]
+            tick("bandwidth", t0)
+        if "prefill_goal" in sections:
+            t0 = time.perf_counter()
+            name, t = sz["prefill_goal"]
+            result["prefill_vs_matmul"] = run_prefill_vs_matmul(model(name), t, mrt, reps)
+            result["prefill_vs_matmul"]["ratio_to_square_matmul"] = (
+                result["prefill_vs_matmul"]["prefill"]["flops_per_s"] / ceil["peak_flops"]
+            )
+            tick("prefill_goal", t0)
+        models.clear()
+        if "generate" in sections:
+            t0 = time.perf_counter()
+            gen: dict[str, Any] = {}
+            for key in ("generate_small", "generate_gpt2"):
+                name, prompt, n_new = sz[key]
+                label = "small" if key == "generate_small" else "gpt2-small"
+                gen[label] = run_generate_vs_transformers(name, prompt, n_new, device, "float32", reps)
+                gen[label]["model"] = name
+                if on_gpu:
+                    torch.cuda.empty_cache()
+            result["generate_vs_transformers"] = gen
+            tick("generate", t0)
+        if "concat" in sections:
+            t0 = time.perf_counter()
+            result["static_vs_concat"] = run_static_vs_concat(
+                model(sz["concat_model"]), sz["concat_lengths"], 8, min(reps, 3)
+            )
+            tick("concat", t0)
+        if "recompute" in sections:
+            t0 = time.perf_counter()
+            result["cache_vs_recompute"] = run_cache_vs_recompute(
+                model(sz["recompute_model"]), sz["recompute_lengths"], mrt, reps, on_gpu,
+                ceil["peak_flops"], ceil["bandwidth"],
+            )  # fmt: skip
+            tick("recompute", t0)
+        if "engine" in sections:
+            t0 = time.perf_counter()
+            result["engine"] = _run_engine_section(sz, model, ceil["copy_bandwidth"], mrt, reps, log)
+            models.clear()
+            tick("engine", t0)
+    result["goals"] = evaluate_goals(result)
+    result["load_average_1m_end"] = load_average()
+    result["seconds"]["total"] = round(time.perf_counter() - t_start, 3)
+    return check_result(_finite(result), "run()")
+
+
+def _run_engine_section(
+    sz: dict[str, Any],
+    model: Callable[..., TorchModel],
+    copy_bw: float,
+    mrt: float,
+    reps: int,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """The fast path's goals: decode vs its weight products, a large model's bandwidth, generate vs
+    transformers' static cache, graphs vs the concat cache. Each part records an error instead of
+    ending the run, so one failure still leaves the others measured."""
+    parts: dict[str, Callable[[], dict[str, Any]]] = {
+        "decode_vs_products": lambda: run_engine(
+            model(sz["engine_model"]), sz["engine_capacity"], sz["engine_context"], copy_bw, mrt, reps
+        ),
+        "generate_vs_hf_static": lambda: run_generate_vs_hf_static(
+            model(sz["engine_generate"][0]), *sz["engine_generate"][1:], repeats=min(reps, 3)
+        ),
+        "graph_vs_concat": lambda: run_graph_vs_concat(
+            model(sz["engine_concat"][0]), sz["engine_concat"][1], repeats=min(reps, 3)
+        ),
+        "big_decode": lambda: run_big_decode(
+            model(sz["engine_big_model"]), sz["engine_context"], copy_bw, mrt, min(reps, 3)
+        ),
+    }
+    out: dict[str, Any] = {}
+    for name, fn in parts.items():
+        t0 = time.perf_counter()
+        try:
+            out[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - recorded in the JSON, the run goes on
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
+        log(f"engine/{name}: {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def write_result(path: str, result: dict[str, Any]) -> None:
+    """Write ``result`` as strict JSON, atomically (a reader never sees half a file), after checking
+    it against the schema (``schema.check_result``: an invalid result is a ValueError, not a file)."""
+    check_result(result, path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The goals of a result as lines of text: value, target, met."""
+    lines = [f"kvtutor bench on {describe(result['hardware'])} ({result['size']} sizes, {result['dtype']})"]
+    for g in result["goals"]:
+        value = "-" if g["value"] is None else f"{g['value']:.3f}"
+        target = "" if g["target"] is None else f" (target {g['target']})"
+        met = {True: "met", False: "not met", None: "recorded"}[g["met"]]
+        size = "" if g["at_goal_size"] else " [not at the goal's size]"
+        lines.append(f"  {g['id']:<26} {value}{target}: {met}{size}; {g['note']}")
+    return "\n".join(lines)
+
+
+def _write_plots(result: dict[str, Any], directory: str) -> list[str]:
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..plots import perf
+
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for name, fn in perf.BENCH_FIGURES.items():
+        fig = fn(result)
+        if fig is None:
+            continue
+        path = os.path.join(directory, f"{name}.png")
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvtutor bench [--device cpu|cuda] [--quick] [--out results.json] [--plots DIR]``"""
+    parser = argparse.ArgumentParser(
+        prog="python -m kvtutor bench",
+        description="Measure prefill and decode against this machine's own ceilings; write JSON and plots.",
+    )
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (CI); KVTUTOR_BENCH_SIZE=tiny for tests"
+    )
+    parser.add_argument("--size", choices=["tiny", "quick", "full"], default=None, help="overrides --quick")
+    parser.add_argument("--dtype", choices=list(BENCH_DTYPES), default=None,
+                        help="default: bfloat16 on CUDA, float32 on a CPU")  # fmt: skip
+    parser.add_argument("--sections", default=None, help="comma-separated subset of the sections")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads on a CPU (default: torch's)")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--plots", default=None, help="write PNG figures into this directory")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:  # a missing extra stops the run here, before anything is measured
+        import torch
+
+        if args.plots:
+            import matplotlib  # noqa: F401
+    except ModuleNotFoundError as exc:
+        error = missing_extra(exc, "--plots" if exc.name == "matplotlib" else "the benchmark")
+        if error is None:
+            raise
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available on this machine")
+    threads = torch.get_num_threads()
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads: expected >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    try:
+        size = args.size or (bench_size(True, args.device or "cpu") if args.quick else None)
+        sections = args.sections.split(",") if args.sections else None
+        log = _log_line  # a line per section on stderr (beside the bar on a terminal)
+        save = None if not args.out else (lambda partial: write_result(args.out, partial))
+        result = run(args.device, size, None, args.dtype, sections, log=log, checkpoint=save)
+    except ValueError as exc:
+        parser.error(str(exc))
+    finally:
+        torch.set_num_threads(threads)
+    result["command"] = "python -m kvtutor bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.out:
+        write_result(args.out, result)
+    if args.plots:
+        for path in _write_plots(result, args.plots):
+            print(f"wrote {path}")
+    print(summary(result))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
