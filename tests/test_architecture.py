@@ -189,3 +189,44 @@ def test_every_displayed_function_is_public_and_names_its_chapter(notebook, titl
     obj = _resolve(dotted, imports)
     doc = " ".join((getattr(obj, "__doc__", "") or "").split())
     assert f'"{title}"' in doc, f'{dotted}\'s docstring should say the chapter "{title}" shows it'
+
+
+def _documented_chapters() -> dict[str, set[str]]:
+    """qualified name -> the chapters its docstring says show it, for every function, method,
+    property and class of the package whose docstring says so."""
+    import importlib
+    import inspect
+
+    found: dict[str, set[str]] = {}
+    for path in _modules():
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        module = importlib.import_module(name)
+        members = [obj for _, obj in inspect.getmembers(module) if getattr(obj, "__module__", None) == name]
+        members += [
+            (attr.fget if isinstance(attr, property) else attr)
+            for cls in list(members)
+            if inspect.isclass(cls)
+            for attr in vars(cls).values()
+        ]
+        for obj in members:
+            doc = " ".join((getattr(obj, "__doc__", None) or "").split())
+            if "The book shows this in" in doc:
+                said = doc.split("The book shows this in", 1)[1]
+                found[f"{obj.__module__}.{obj.__qualname__}"] = set(re.findall(r'"([^"]+)"', said))
+    return found
+
+
+def test_no_docstring_names_a_chapter_that_does_not_show_it():
+    shown: dict[str, set[str]] = {}
+    for _, title, dotted, imports in DISPLAYED:
+        obj = _resolve(dotted, imports)
+        obj = obj.fget if isinstance(obj, property) else obj
+        shown.setdefault(f"{obj.__module__}.{obj.__qualname__}", set()).add(title)
+    said = _documented_chapters()
+    assert said, "no docstring says which chapter shows it"
+    wrong = {
+        name: (chapters, shown.get(name, set()))
+        for name, chapters in said.items()
+        if chapters != shown.get(name)
+    }
+    assert not wrong, "docstring chapters (said, shown):\n" + "\n".join(f"{k}: {v}" for k, v in wrong.items())

@@ -147,7 +147,11 @@ class PreallocatedKVCache(CacheBase):
 
     def update(self, layer, k_new_HTK, v_new_HTK):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write at len .. len+T-1, in
-        place."""
+        place.
+
+        The book shows this in "Decode, step by step" and "Same answer,
+        less work".
+        """
         n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
         self._pending[layer] = n_new
         end = self._length + n_new
@@ -194,7 +198,11 @@ class ConcatKVCache(CacheBase):
 
     def update(self, layer, k_new_HTK, v_new_HTK):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: a new array = old ++ new
-        (a full copy)."""
+        (a full copy).
+
+        The book shows this in "Decode, step by step" and "Same answer,
+        less work".
+        """
         self._pending[layer] = self._check_new(layer, k_new_HTK, v_new_HTK)
         k = self._k[layer][:, : self._length]
         v = self._v[layer][:, : self._length]

@@ -58,7 +58,10 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """K, the width of one attention head."""
+        """K, the width of one attention head.
+
+        The book shows this in "Meet the toy model".
+        """
         return self.d_model // self.n_heads
 
     @property

@@ -165,6 +165,9 @@ def layer_cost(
 
     With ``cached=False`` there is no cache: no keys or values are read from
     or written to one (n_past must then be 0).
+
+    The book shows this in "Rooflines: measuring compute-bound and
+    memory-bound" and "Prefill and decode side by side".
     """
     cfg = _check_config(config)
     t = check_int("n_new", n_new, 1)
@@ -245,6 +248,9 @@ def generation_costs(
     (attention) on top of a constant. Uncached: token i recomputes the whole
     sequence of prompt_len + i - 1 tokens, O(context) matrix products and
     O(context^2) attention, with logits only for the last position.
+
+    The book shows this in "Cache versus recompute, measured" and "Same
+    answer, less work".
     """
     cfg = _check_config(config)
     p = check_int("prompt_len", prompt_len, 1)
@@ -310,6 +316,9 @@ def ridge_batch(
     once, each sequence's keys and values), so the intensity B a / (W + B c)
     crosses the balance r at B = r W / (a - r c). ``math.inf`` when a <= r c:
     the KV reads alone keep the step memory-bound at any batch.
+
+    The book shows this in "Rooflines: measuring compute-bound and
+    memory-bound".
     """
     balance = machine_balance(peak_flops, bandwidth)
     one = decode_cost(config, context_len, 1, dtype)

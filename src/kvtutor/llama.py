@@ -301,7 +301,10 @@ def rope_angles(
     theta: float = 10000.0,
 ) -> np.ndarray:
     """[T], K -> [T,J]: the angle position * theta^(-2j/K) by which pair j is
-    turned (J = K/2)."""
+    turned (J = K/2).
+
+    The book shows this in "RoPE and the cache".
+    """
     j2_J = np.arange(0, d_head, 2, dtype=np.float64)  # 2j for each pair j
     inv_freq_J = theta ** (-j2_J / d_head)
     positions_T = np.asarray(positions_T, dtype=np.float64)
@@ -315,7 +318,10 @@ def rope_tables(
     dtype: Any = np.float32,
 ) -> tuple[np.ndarray, np.ndarray]:
     """[T], K -> cos [T,K], sin [T,K]: each pair's angle written twice, at j
-    and at j + K/2."""
+    and at j + K/2.
+
+    The book shows this in "RoPE and the cache".
+    """
     angles_TJ = rope_angles(positions_T, d_head, theta)
     angles_TK = np.concatenate([angles_TJ, angles_TJ], axis=-1)
     return np.cos(angles_TK).astype(dtype), np.sin(angles_TK).astype(dtype)
@@ -323,7 +329,10 @@ def rope_tables(
 
 def rotate_half(x_HTK: np.ndarray) -> np.ndarray:
     """[H,T,K] -> [H,T,K]: (x1, x2) -> (-x2, x1) for the two halves: each pair
-    turned by 90 degrees."""
+    turned by 90 degrees.
+
+    The book shows this in "RoPE and the cache".
+    """
     half = x_HTK.shape[-1] // 2
     return np.concatenate([-x_HTK[..., half:], x_HTK[..., :half]], axis=-1)
 
@@ -334,7 +343,10 @@ def apply_rope(
     theta: float = 10000.0,
 ) -> np.ndarray:
     """[H,T,K], [T] -> [H,T,K]: turn each pair (j, j + K/2) of token t by its
-    angle at positions_T[t]."""
+    angle at positions_T[t].
+
+    The book shows this in "RoPE and the cache".
+    """
     d_head = x_HTK.shape[-1]
     cos_TK, sin_TK = rope_tables(positions_T, d_head, theta, x_HTK.dtype)
     return x_HTK * cos_TK + rotate_half(x_HTK) * sin_TK
@@ -367,6 +379,8 @@ def attention(
     holds rotated keys, which never need turning again. With a cache they go
     to slots len(cache) .. len(cache)+T-1, so positions_T must be those same
     numbers (anything else is the off-by-one the book shows).
+
+    The book shows this in "RoPE and the cache".
     """
     q_HTK = split_heads(x_TD @ layer.w_q, config.n_heads)
     k_new_HTK = split_heads(x_TD @ layer.w_k, config.n_kv_heads)

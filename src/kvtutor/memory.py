@@ -75,7 +75,11 @@ def dtype_bytes(dtype: str) -> float:
 
 def kv_bytes_per_token(spec: ModelSpec, dtype: str = "bf16") -> int:
     """2 x L x Hkv x K x bytes (MLA: L x (latent + rope key) x bytes): what
-    one more token adds to the cache, in every layer."""
+    one more token adds to the cache, in every layer.
+
+    The book shows this in "How big the KV cache gets" and "RoPE and the
+    cache".
+    """
     _check_spec(spec)
     numbers = spec.n_layers * spec.kv_numbers_per_layer
     return _nbytes(numbers, _check_dtype(dtype))
@@ -96,7 +100,10 @@ def kv_bytes_per_sequence(
     dtype: str = "bf16",
 ) -> int:
     """One sequence of seq_len tokens; layers with a sliding window keep only
-    the last W tokens."""
+    the last W tokens.
+
+    The book shows this in "How big the KV cache gets".
+    """
     _check_spec(spec)
     check_int("seq_len", seq_len, 1)
     n_numbers = spec.kv_numbers_per_layer * spec.cached_tokens(seq_len)
@@ -124,7 +131,10 @@ def max_batch(
 ) -> int:
     """The largest batch of seq_len-token sequences whose cache fits in
     memory_bytes next to the weights (0 when not even one does). Activations
-    and framework overhead are ignored."""
+    and framework overhead are ignored.
+
+    The book shows this in "How big the KV cache gets".
+    """
     check_int("memory_bytes", memory_bytes, 1)
     room = memory_bytes - weights_bytes(spec, weights_dtype or dtype)
     return max(0, room // kv_bytes_per_sequence(spec, seq_len, dtype))

@@ -55,7 +55,10 @@ def embed(
     start: int = 0,
 ) -> np.ndarray:
     """[T], [V,D], [M,D] -> [T,D]: token embedding plus the embedding of
-    positions start .. start+T-1."""
+    positions start .. start+T-1.
+
+    The book shows this in "Prefill, step by step".
+    """
     ids_T = np.asarray(ids_T)
     return wte_VD[ids_T] + wpe_MD[start : start + len(ids_T)]
 
@@ -66,14 +69,20 @@ def layer_norm(
     b_D: np.ndarray,
     eps: float = 1e-5,
 ) -> np.ndarray:
-    """[T,D], [D], [D] -> [T,D]"""
+    """[T,D], [D], [D] -> [T,D]
+
+    The book shows this in "Prefill, step by step".
+    """
     mean_T1 = x_TD.mean(axis=-1, keepdims=True)
     var_T1 = x_TD.var(axis=-1, keepdims=True)
     return (x_TD - mean_T1) / np.sqrt(var_T1 + eps) * g_D + b_D
 
 
 def linear(x_TE: np.ndarray, w_EF: np.ndarray, b_F: np.ndarray) -> np.ndarray:
-    """[T,E], [E,F], [F] -> [T,F]: with T > 1 a GEMM, with T = 1 a GEMV."""
+    """[T,E], [E,F], [F] -> [T,F]: with T > 1 a GEMM, with T = 1 a GEMV.
+
+    The book shows this in "Prefill, step by step".
+    """
     return x_TE @ w_EF + b_F
 
 
@@ -82,7 +91,10 @@ def project_qkv(
     layer: LayerWeights,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[T,D] -> q [T,H*K], k [T,Hkv*K], v [T,Hkv*K]:
-    X @ W_Q, X @ W_K, X @ W_V (plus biases)."""
+    X @ W_Q, X @ W_K, X @ W_V (plus biases).
+
+    The book shows this in "Prefill, step by step".
+    """
     return (
         linear(x_TD, layer.w_q, layer.b_q),
         linear(x_TD, layer.w_k, layer.b_k),
@@ -91,7 +103,10 @@ def project_qkv(
 
 
 def split_heads(x_TD: np.ndarray, n_heads: int) -> np.ndarray:
-    """[T, H*K] -> [H,T,K]"""
+    """[T, H*K] -> [H,T,K]
+
+    The book shows this in "Prefill, step by step".
+    """
     n_tokens, width = x_TD.shape
     x_THK = x_TD.reshape(n_tokens, n_heads, width // n_heads)
     return x_THK.transpose(1, 0, 2)  # (H, T, K)
@@ -99,13 +114,19 @@ def split_heads(x_TD: np.ndarray, n_heads: int) -> np.ndarray:
 
 def repeat_kv(k_HSK: np.ndarray, group_size: int) -> np.ndarray:
     """[Hkv,S,K] -> [Hkv*group_size,S,K]: each KV head serves group_size
-    query heads (GQA/MQA)."""
+    query heads (GQA/MQA).
+
+    The book shows this in "Sharing keys and values: MHA, GQA and MQA".
+    """
     return k_HSK if group_size == 1 else np.repeat(k_HSK, group_size, axis=0)
 
 
 def attention_scores(q_HTK: np.ndarray, k_HSK: np.ndarray) -> np.ndarray:
     """[H,T,K], [H,S,K] -> [H,T,S]: the raw dot products q_t . k_s
-    (not yet scaled)."""
+    (not yet scaled).
+
+    The book shows this in "Prefill, step by step".
+    """
     return q_HTK @ k_HSK.transpose(0, 2, 1)
 
 
@@ -115,19 +136,28 @@ def causal_mask(n_queries: int, n_keys: int) -> np.ndarray:
     The T queries are the last T of the S positions, so query t sits at
     position S - T + t and sees keys 0 .. S - T + t. Prefill (T = S) gives
     the lower triangle; decode (T = 1) a full row.
+
+    The book shows this in "Prefill, step by step" and "The questions
+    everyone asks".
     """
     offset = n_keys - n_queries
     return np.arange(n_keys)[None, :] <= np.arange(n_queries)[:, None] + offset
 
 
 def apply_mask(scores_HTS: np.ndarray, mask_TS: np.ndarray) -> np.ndarray:
-    """[H,T,S], [T,S] -> [H,T,S]: -inf wherever the mask forbids looking."""
+    """[H,T,S], [T,S] -> [H,T,S]: -inf wherever the mask forbids looking.
+
+    The book shows this in "Prefill, step by step".
+    """
     return np.where(mask_TS, scores_HTS, -np.inf)
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """[..., S] -> [..., S]: rows that sum to 1 (max subtracted for
-    stability)."""
+    stability).
+
+    The book shows this in "Prefill, step by step".
+    """
     shifted = x - x.max(axis=axis, keepdims=True)
     e = np.exp(shifted)
     return e / e.sum(axis=axis, keepdims=True)
@@ -139,7 +169,10 @@ def attention_weights(
     mask_TS: np.ndarray | None,
 ) -> np.ndarray:
     """[H,T,S], K, [T,S] or None -> [H,T,S]: mask, divide by sqrt(K),
-    softmax over keys."""
+    softmax over keys.
+
+    The book shows this in "Prefill, step by step".
+    """
     if mask_TS is not None:
         scores_HTS = apply_mask(scores_HTS, mask_TS)
     return softmax(scores_HTS / math.sqrt(d_head))
@@ -147,12 +180,18 @@ def attention_weights(
 
 def attend(a_HTS: np.ndarray, v_HSK: np.ndarray) -> np.ndarray:
     """[H,T,S], [H,S,K] -> [H,T,K]: each output row is a weighted mix of
-    value rows."""
+    value rows.
+
+    The book shows this in "Prefill, step by step".
+    """
     return a_HTS @ v_HSK
 
 
 def merge_heads(o_HTK: np.ndarray) -> np.ndarray:
-    """[H,T,K] -> [T, H*K]"""
+    """[H,T,K] -> [T, H*K]
+
+    The book shows this in "Prefill, step by step".
+    """
     n_heads, n_tokens, d_head = o_HTK.shape
     o_THK = o_HTK.transpose(1, 0, 2)
     return o_THK.reshape(n_tokens, n_heads * d_head)  # (T, H*K)
@@ -164,7 +203,10 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 def ffn(x_TD: np.ndarray, layer: LayerWeights) -> np.ndarray:
-    """[T,D] -> [T,D]: W_fc [D,F], GELU, W_proj [F,D]."""
+    """[T,D] -> [T,D]: W_fc [D,F], GELU, W_proj [F,D].
+
+    The book shows this in "Prefill, step by step".
+    """
     h_TF = gelu(linear(x_TD, layer.w_fc, layer.b_fc))
     return linear(h_TF, layer.w_proj, layer.b_proj)
 
@@ -180,6 +222,9 @@ def attention_core(
 
     Scores, causal mask, softmax, weighted sum of values; each of the Hkv
     key/value heads serves H/Hkv query heads. GPT-2 and Llama share it.
+
+    The book shows this in "Sharing keys and values: MHA, GQA and MQA" and
+    "Prefill, step by step".
     """
     n_heads, n_new, d_head = q_HTK.shape
     group_size, n_keys = n_heads // k_HSK.shape[0], k_HSK.shape[1]
@@ -212,6 +257,8 @@ def attention(
     len(cache) .. len(cache)+T-1 and the queries attend to all
     S = len(cache) + T keys. Without one, S = T (full recompute).
     ``core``, if given, replaces ``attention_core`` for this layer.
+
+    The book shows this in "Prefill, step by step".
     """
     q_TD, k_TD, v_TD = project_qkv(x_TD, layer)
     q_HTK = split_heads(q_TD, config.n_heads)
@@ -224,16 +271,15 @@ def attention(
         # one memory layout for every cache kind: the same summation path
         k_HSK = np.ascontiguousarray(k_HSK)
         v_HSK = np.ascontiguousarray(v_HSK)
+    if trace is not None:
+        trace.update(q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy())
     if core is None:
         o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace)
     else:  # a variant of the core (the book's wrong ones)
         o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
     out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
     if trace is not None:
-        trace.update(
-            q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy(),
-            o_HTK=o_HTK, attn_out_TD=out_TD,
-        )  # fmt: skip
+        trace.update(o_HTK=o_HTK, attn_out_TD=out_TD)
     return out_TD
 
 
@@ -247,7 +293,10 @@ def block(
     core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D] -> [T,D]: x + attention(LN(x)), then x + FFN(LN(x))
-    (pre-LayerNorm, as GPT-2)."""
+    (pre-LayerNorm, as GPT-2).
+
+    The book shows this in "Prefill, step by step".
+    """
     eps = config.layer_norm_eps
     h_TD = layer_norm(x_TD, layer.ln1_g, layer.ln1_b, eps)
     x_TD = x_TD + attention(
@@ -261,7 +310,10 @@ def block(
 
 def lm_head(x_TD: np.ndarray, wte_VD: np.ndarray) -> np.ndarray:
     """[T,D], [V,D] -> [T,V]: logits, using the token embedding as the
-    output matrix (tied)."""
+    output matrix (tied).
+
+    The book shows this in "Prefill, step by step".
+    """
     return x_TD @ wte_VD.T
 
 
@@ -272,7 +324,10 @@ def sample(
     top_k: int | None = None,
 ) -> int:
     """[V] -> token id: argmax when temperature is 0, else a draw from
-    softmax(logits / temperature)."""
+    softmax(logits / temperature).
+
+    The book shows this in "Prefill, step by step".
+    """
     temperature = check_temperature(temperature)
     if temperature == 0:
         return int(np.argmax(logits_V))
@@ -356,6 +411,8 @@ class NumpyModel:
         Without a cache the tokens are the whole sequence (positions 0 .. T-1).
         ``trace``, if a list, receives one dict of intermediate arrays per layer.
         ``core``, if given, replaces the attention core of every layer.
+
+        The book shows this in "Decode, step by step".
         """
         cfg = self.config
         start = 0
@@ -394,7 +451,10 @@ class NumpyModel:
         trace: list[dict] | None = None,
     ) -> np.ndarray:
         """one token id -> [V]: its q/k/v only; k/v written at position
-        len(cache)."""
+        len(cache).
+
+        The book shows this in "Decode, step by step".
+        """
         if cache is None:
             raise TypeError("cache: expected a KV cache from new_cache(), got None")
         token_id = check_token_id(token_id, self.config.vocab_size, "token_id")
@@ -423,6 +483,8 @@ class NumpyModel:
 
         Greedy unless ``temperature > 0``. Stops early after emitting
         ``stop_token``.
+
+        The book shows this in "Meet the toy model" and "The whole loop".
         """
         cfg = self.config
         prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")

@@ -38,7 +38,10 @@ __all__ = [
 
 class BlockAllocator:
     """The bookkeeping of a block pool: a free list and a reference count per
-    block (no data)."""
+    block (no data).
+
+    The book shows this in "A paged KV cache".
+    """
 
     def __init__(self, n_blocks: int) -> None:
         self.n_blocks = check_int("n_blocks", n_blocks, 1)
@@ -240,7 +243,10 @@ class PagedKVCache(CacheBase):
 
     # ------------------------------------------------------------ reading
     def gather(self, buf_LNHPK: np.ndarray, layer: int, length: int) -> np.ndarray:
-        """[H, length, K]: this sequence's blocks of one layer, in table order."""
+        """[H, length, K]: this sequence's blocks of one layer, in table order.
+
+        The book shows this in "A paged KV cache".
+        """
         blocks = self.block_table[: self.n_blocks_needed(length)]
         x_NHPK = buf_LNHPK[layer, blocks]
         x_HNPK = x_NHPK.transpose(1, 0, 2, 3)  # (H, n, P, K)
@@ -265,6 +271,8 @@ class PagedKVCache(CacheBase):
 
         Counts first and raises before changing anything when the free list is
         too short.
+
+        The book shows this in "A paged KV cache".
         """
         alloc = self.pool.allocator
         first = self._length // self.block_size
@@ -292,7 +300,10 @@ class PagedKVCache(CacheBase):
 
     def update(self, layer, k_new_HTK, v_new_HTK):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write into the blocks at
-        len .. len+T-1."""
+        len .. len+T-1.
+
+        The book shows this in "A paged KV cache".
+        """
         if not self.live:
             raise ValueError(
                 "cache: expected a live sequence, got one that was freed",

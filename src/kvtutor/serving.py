@@ -202,6 +202,8 @@ def run_serving(
     each; (3) requests that have all their tokens leave. ``"continuous"``
     admits whenever a slot is free; ``"static"`` admits only into an empty
     batch and keeps every slot until the batch's longest request has finished.
+
+    The book shows this in "Continuous batching".
     """
     cfg = check_model(model, "model")
     records = check_requests(requests, cfg)

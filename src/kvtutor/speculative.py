@@ -109,6 +109,8 @@ def verify_draft(
     The tokens that come out are distributed exactly as if the target had
     sampled them itself. With temperature 0, p and q are one-hot: a draft is
     kept iff it is the target's argmax.
+
+    The book shows this in "Speculative decoding".
     """
     for i, token in enumerate(draft_tokens):
         p_V = p_TV[i]
@@ -345,6 +347,8 @@ def speculative_run(
     round feeds that token and the k guesses as one block of k + 1 query rows,
     then truncates the cache back to the tokens it kept. ``cache`` (optional,
     empty) is the target's, to inspect afterwards.
+
+    The book shows this in "Speculative decoding".
     """
     target_cfg = check_model(target, "target")
     drafter = _as_draft(draft, target_cfg)

@@ -128,6 +128,9 @@ def time_fn(
     grouped so that each sample lasts about one. CUDA: a pair of CUDA events
     around every call and one synchronisation at the end, so the time is the
     device's, launch gaps included.
+
+    The book shows this in "Rooflines: measuring compute-bound and
+    memory-bound".
     """
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")

@@ -233,6 +233,8 @@ def decode_fixed(
     row, every shape fixed and the positions read from the device copy of
     the lengths (nothing the host must know: a CUDA graph can replay it).
     Every row must be shorter than ``n_keys``. Does not advance the lengths.
+
+    The book shows this in "Decode on a GPU".
     """
     plan = Plan(1)
     plan.pos_B = cache.lengths.clamp(max=n_keys - 1)
@@ -280,6 +282,8 @@ def compile_decode(
     The returned logits tensor is reused by the next call: clone it to keep
     it. ``check=False`` skips the token-id range check, which on CUDA waits
     for the device.
+
+    The book shows this in "Decode on a GPU".
     """
     model.check_cache(cache, kind="preallocated")
     modes = ("cuda_graph", "compile")
@@ -340,6 +344,9 @@ def capture_graph(
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """Record ``fixed`` (one decode step over ``n_keys`` slots) plus the
     length update in a CUDA graph; return its replay.
+
+    The book shows this in "Cache versus recompute, measured" and "Decode
+    on a GPU".
     """
     static_ids = torch.zeros(
         cache.batch_size,

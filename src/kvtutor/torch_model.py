@@ -154,6 +154,9 @@ class TorchModel:
         matrix-vector product, whose speed depends on how long each contiguous
         row is (on an AMD EPYC: about 8 GB/s at 1 KiB rows, 24 GB/s at 64 KiB),
         so each matrix is laid out along its longer side.
+
+        The book shows this in "Rooflines: measuring compute-bound and
+        memory-bound".
         """
         return self.device.type == "cpu" and n_out >= n_in
 

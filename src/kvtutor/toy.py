@@ -62,7 +62,10 @@ def load_toy_tokenizer() -> ToyTokenizer:
 
 def load_toy_model() -> NumpyModel:
     """The trained toy model (TOY_CONFIG sizes) from the weights shipped with
-    the package."""
+    the package.
+
+    The book shows this in "Meet the toy model".
+    """
     with np.load(toy_weights_path(), allow_pickle=False) as data:
         state_dict = {k: data[k] for k in data.files if k != "meta"}
         meta = json.loads(str(data["meta"]))

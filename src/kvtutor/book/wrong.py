@@ -68,6 +68,8 @@ def attention_sdpa(
     ``is_causal=True`` builds a top-left aligned mask, so with a cache (T < S)
     it is WRONG; passing ``mask_TS=causal_mask(T, S)`` (True = may attend) is
     right. Needs torch.
+
+    The book shows this in "The questions everyone asks".
     """
     import torch
     import torch.nn.functional as F
@@ -116,6 +118,8 @@ def decode_step_whole_buffer(
     in ``decode_step``; the zero rows beyond them take part of every softmax,
     so the output is wrong unless the buffer happens to be full (and from
     layer 1 on, the rows written inherit the error).
+
+    The book shows this in "The questions everyone asks".
     """
     _check_cache(model, cache, PreallocatedKVCache)
     token_id = check_token_id(token_id, model.config.vocab_size, "token_id")
@@ -162,6 +166,8 @@ def forward_reading_cached_queries(
 
     The S - T older rows are recomputed and thrown away: no result depends on
     them, which ``QCache.scramble`` makes visible (the logits do not change).
+
+    The book shows this in "The questions everyone asks".
     """
     _check_cache(model, cache)
     if len(q_cache) != len(cache):
