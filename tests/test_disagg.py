@@ -1,7 +1,7 @@
 """The disaggregation simulator: its step-time model against kvtutor.costs, hand-built traces where
 the answer is known (no queueing, a long prompt arriving mid-stream), properties of every run
-(conservation, causality, determinism) over random traces, the sweep and crossover helpers, and
-clear errors for bad input."""
+(conservation, causality, determinism) over random traces, the sweep and crossover helpers, clear
+errors for bad input, and the figures of kvtutor.plots.disagg (Agg backend)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from kvtutor.disagg import (
     DEFAULT_RATES,
     DEPLOYMENTS,
     LLAMA_7B_LIKE,
+    MECHANISMS_CHECKED,
     METRICS,
     SERVING_MECHANISMS,
     Request,
@@ -91,6 +92,14 @@ def test_step_s_is_the_roofline_time_of_the_step_cost(chunks, contexts):
     assert MODEL.step_s(chunks, contexts) == pytest.approx(roofline(cost), rel=1e-12)
     # the weights are read once per step, however many requests share it
     assert cost.all_weight_bytes == (MODEL.step_cost([(1, 0)]).all_weight_bytes if chunks or contexts else 0)
+
+
+def test_step_cost_fits_the_books_code_column():
+    """The chapter shows StepModel.step_cost: every line within 80 columns once dedented."""
+    from kvtutor.book.display import source, without_pragmas
+
+    lines = without_pragmas(source(StepModel.step_cost)).splitlines()
+    assert max(len(line) for line in lines) <= 80
 
 
 def test_step_times_by_regime():
@@ -289,6 +298,21 @@ def test_summary_holds_percentiles_of_each_metric():
     assert summary["tokens_per_s"] == pytest.approx(summary["n_tokens"] / summary["makespan_s"])
 
 
+def test_summary_splits_ttft_into_prefill_and_transfer():
+    trace = make_trace(40, 20.0, seed=2)
+    colocated, disaggregated = (
+        run(trace, d, link_bandwidth=25e9).summary() for d in ("colocated", "disaggregated")
+    )
+    want = sum(MODEL.kv_bytes(r.prompt_len) for r in trace) / 25e9 / len(trace)
+    assert disaggregated["transfer_mean_s"] == pytest.approx(want)
+    assert colocated["transfer_p99_s"] == 0 and colocated["prefill_mean_s"] > 0
+    # whole prefills, one prompt at a time: the same work either way
+    assert colocated["prefill_mean_s"] == pytest.approx(disaggregated["prefill_mean_s"])
+    # prefill and transfer both grow with the prompt, so their medians add up
+    for s in (colocated, disaggregated):
+        assert s["ttft_p50_s"] >= s["prefill_p50_s"] + s["transfer_p50_s"] - 1e-12
+
+
 def test_a_small_sweep_shows_the_stall_and_its_cures():
     rows = sweep_rates(rates=(8.0, 96.0), n_requests=120)
     assert [(r["rate"], r["deployment"]) for r in rows] == [(x, d) for x in (8.0, 96.0) for d in DEPLOYMENTS]
@@ -348,6 +372,10 @@ def test_the_mechanism_table_covers_the_book():
     for row in SERVING_MECHANISMS:
         assert set(row) == {"mechanism", "vllm", "sglang", "tensorrt_llm"}
         assert all(isinstance(v, str) and 0 < len(v) <= 100 for v in row.values())
+    # where and when the names were checked, for the chapter to print
+    assert MECHANISMS_CHECKED.startswith("20") and MECHANISMS_CHECKED[:10].count("-") == 2
+    for system in ("vLLM", "SGLang", "TensorRT-LLM"):
+        assert f"{system}:" in MECHANISMS_CHECKED
 
 
 # ---------------------------------------------------------------- errors
@@ -408,3 +436,92 @@ def test_step_model_is_a_plain_value():
     faster = replace(MODEL, bandwidth=2 * MODEL.bandwidth)
     assert faster != MODEL and faster.step_s((), [10]) < MODEL.step_s((), [10])
     assert {f.name for f in fields(StepModel) if f.init} == {"config", "peak_flops", "bandwidth", "dtype"}
+
+
+# ---------------------------------------------------------------- the figures
+
+
+@pytest.fixture
+def plots():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvtutor.plots import disagg as disagg_plots
+
+    yield disagg_plots
+    plt.close("all")
+
+
+def test_kvtutor_plots_disagg_does_not_import_matplotlib():
+    import subprocess
+    import sys
+
+    code = "import sys, kvtutor.plots.disagg; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_labels_of_rows_and_metrics(plots):
+    rows = sweep_split(rate=20.0, n_gpus=3, n_requests=20)
+    assert [plots.row_label(r) for r in rows] == [
+        "colocated", "chunked", "disagg. 1:2", "disagg. 2:1"
+    ]  # fmt: skip
+    assert plots.metric_label("ttft_p90_s") == "TTFT p90"
+    assert plots.metric_label("max_gap_p99_s") == "longest gap p99"
+    assert plots.metric_label("transfer_mean_s") == "KV transfer mean"
+    for bad in ("ttft_s", "latency_p90_s", "tpot_q90_s"):
+        with pytest.raises(ValueError, match="metric: expected a summary column"):
+            plots.metric_label(bad)
+
+
+def test_token_times_draw_every_token_in_the_window(plots):
+    results = {d: run([*CHATS, LONG], d, n_gpus=2) for d in DEPLOYMENTS}
+    fig = plots.plot_token_times(results, highlight=[8], start_s=0.15, end_s=0.35)
+    axes = fig.axes
+    assert [ax.get_title(loc="left") for ax in axes] == list(DEPLOYMENTS)
+    for ax, result in zip(axes, results.values(), strict=True):
+        ticks = sum(len(c.get_segments()) for c in ax.collections if hasattr(c, "get_segments"))
+        want = sum(0.15 <= t <= 0.35 for r in result.requests for t in r.token_times_s)
+        assert ticks == want
+        assert ax.get_xlim() == pytest.approx((150.0, 350.0))
+    with pytest.raises(ValueError, match="highlight"):
+        plots.plot_token_times(results, highlight=[9])
+    with pytest.raises(ValueError, match="end_s"):
+        plots.plot_token_times(results, start_s=0.3, end_s=0.2)
+    with pytest.raises(TypeError, match="results"):
+        plots.plot_token_times({})
+    with pytest.raises(TypeError, match="results"):
+        plots.plot_token_times({"a": "b"})
+
+
+def test_rate_sweep_draws_a_line_per_deployment(plots):
+    rows = sweep_rates(rates=(8.0, 96.0), n_requests=120)
+    fig = plots.plot_rate_sweep(rows, metrics=("ttft_p50_s", "tpot_p90_s"))
+    ttft, tpot = fig.axes
+    assert [line.get_label() for line in ttft.get_lines()] == list(DEPLOYMENTS[:2]) + ["disagg. 1:3"]
+    x, y = ttft.get_lines()[0].get_data()
+    colocated = [r for r in rows if r["deployment"] == "colocated"]
+    assert list(x) == [8.0, 96.0] and list(y) == pytest.approx([r["ttft_p50_s"] * 1e3 for r in colocated])
+    # TTFT spans more than 20 times across the sweep (the queue at 96/s): a log scale
+    assert ttft.get_yscale() == "log" and tpot.get_yscale() == "linear"
+    with pytest.raises(TypeError, match="rows"):
+        plots.plot_rate_sweep([])
+    with pytest.raises(ValueError, match="metrics: 'e2e_p90_s'"):
+        plots.plot_rate_sweep([{"rate": 1.0, "deployment": "chunked", "ttft_p90_s": 1.0}], ("e2e_p90_s",))
+    with pytest.raises(ValueError, match="rate"):
+        plots.plot_rate_sweep([{k: v for k, v in r.items() if k != "rate"} for r in rows])
+
+
+def test_split_sweep_draws_a_bar_per_row_and_metric(plots):
+    rows = sweep_split(rate=20.0, n_gpus=4, n_requests=40)
+    fig = plots.plot_split_sweep(rows, panels=[["ttft_p50_s", "ttft_p99_s"], ["tpot_p90_s"]])
+    left, right = fig.axes
+    assert len(left.patches) == 2 * len(rows) and len(right.patches) == len(rows)
+    assert [t.get_text() for t in right.get_xticklabels()] == [plots.row_label(r) for r in rows]
+    heights = [bar.get_height() for bar in right.patches]
+    assert heights == pytest.approx([r["tpot_p90_s"] * 1e3 for r in rows])
+    with pytest.raises(TypeError, match="panels"):
+        plots.plot_split_sweep(rows, panels="ttft_p50_s")
+    with pytest.raises(TypeError, match="panels"):
+        plots.plot_split_sweep(rows, panels=[[]])

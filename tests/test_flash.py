@@ -74,6 +74,29 @@ def test_online_softmax_step_by_hand():
     assert acc[0, 0, 0] / l[0, 0] == pytest.approx((e @ [1.0, 2.0, 3.0]) / e.sum())
 
 
+@settings(max_examples=60, deadline=None)
+@given(problem=problems(), data=st.data(), causal=st.booleans())
+def test_the_trace_holds_each_blocks_running_values(problem, data, causal):
+    """One dict per block, in order; its scores are the block's columns of the scaled, masked score
+    matrix; its m is the running max of those, its l and acc what the next step starts from; the
+    last acc / l is the output. Tracing changes nothing."""
+    q, k, v = problem
+    block_size = data.draw(st.integers(1, k.shape[1] + 1), label="block_size")
+    trace = []
+    out = flash.online_softmax_attention(q, k, v, block_size, causal, trace=trace)
+    np.testing.assert_array_equal(out, flash.online_softmax_attention(q, k, v, block_size, causal))
+    assert [(b["lo"], b["hi"]) for b in trace] == flash.key_blocks(k.shape[1], block_size)
+    group = q.shape[0] // k.shape[0]
+    scores = attention_scores(q, repeat_kv(k, group)) / math.sqrt(q.shape[2])
+    if causal:
+        scores = np.where(causal_mask(q.shape[1], k.shape[1]), scores, -np.inf)
+    for b in trace:
+        np.testing.assert_allclose(b["s_HTP"], scores[..., b["lo"] : b["hi"]], **TOL[q.dtype.type])
+        np.testing.assert_allclose(b["m_HT"], scores[..., : b["hi"]].max(axis=-1), **TOL[q.dtype.type])
+        assert b["l_HT"].shape == b["m_HT"].shape == q.shape[:2] and b["acc_HTK"].shape == q.shape
+    np.testing.assert_array_equal(trace[-1]["acc_HTK"] / trace[-1]["l_HT"][..., None], out)
+
+
 def test_blocks_and_mask_cover_the_keys_and_the_book_mask():
     for n_keys, block_size in itertools.product(range(1, 12), range(1, 14)):
         blocks = flash.key_blocks(n_keys, block_size)
@@ -336,6 +359,31 @@ def test_torch_twins_take_bf16_and_keep_its_dtype():
     assert out.dtype == torch.bfloat16 and out.shape == (1, 4, 8)
 
 
+def test_split_kv_torch_reads_bf16_keys_and_values_without_a_float32_copy():
+    """Only the small arrays (query rows, scores, weights, partial outputs) change dtype; no slice
+    of K or V is copied to float32 before it is read."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    copied = []
+
+    class Copies(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ == "_to_copy":
+                copied.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 8, generator=gen).bfloat16()
+    k, v = (torch.randn(1, 2, 40, 8, generator=gen).bfloat16() for _ in "kv")
+    with Copies():
+        out = flash.split_kv_decode_torch(q, k, v, 4)
+    assert out.dtype == torch.bfloat16 and copied
+    assert all(shape[-2:] != (10, 8) for shape in copied), copied  # a split of K or V: [1, 2, 10, 8]
+    expected = flash.split_kv_decode_torch(q.double(), k.double(), v.double(), 4)
+    torch.testing.assert_close(out.double(), expected, rtol=0.03, atol=0.03)
+
+
 def test_torch_twins_refuse_bad_arguments_by_name():
     torch = pytest.importorskip("torch")
     q, k = torch.zeros(1, 2, 3, 4), torch.zeros(1, 1, 5, 4)
@@ -391,9 +439,64 @@ def test_measure_decode_attention_returns_a_row_per_context():
         for way in ("plain", "sdpa", "split_kv"):
             assert row[f"{way}_s"] > 0
             assert row[way] == pytest.approx(row["kv_bytes"] / row[f"{way}_s"] / row["ceiling_bytes_per_s"])
+        # SDPA is one fused operator; plain three passes; the twin about a dozen per split
+        assert row["sdpa_ops"] == 1 and row["plain_ops"] == 6
+        assert 12 * 3 <= row["split_kv_ops"] <= 12 * 3 + 20
+    one = flash.measure_decode_attention(contexts=(8,), n_heads=2, d_head=4, n_kv_heads=1, n_splits=1,
+                                         device="cpu", min_run_time=0.001, rounds=1)  # fmt: skip
+    assert one[0]["split_kv_ops"] < rows[0]["split_kv_ops"]
+    for bad, error in ((0, ValueError), (1.5, TypeError)):
+        with pytest.raises(error, match="rounds"):
+            flash.measure_decode_attention(contexts=(4,), n_splits=2, device="cpu", rounds=bad)
     with pytest.raises(ValueError, match="n_splits"):
         flash.measure_decode_attention(contexts=(4,), n_splits=5, device="cpu")
     with pytest.raises(ValueError, match=r"contexts\[1\]"):
         flash.measure_decode_attention(contexts=(4, 0), device="cpu")
     with pytest.raises(ValueError, match="n_kv_heads"):
         flash.measure_decode_attention(n_heads=4, n_kv_heads=3, device="cpu")
+
+
+# ---------------------------------------------------------------- the chapter's figures
+
+
+def test_figures_draw_the_trace_and_the_rows():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvtutor.plots import flash as flash_plots
+
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.normal(size=(2, n, 4)) for n in (3, 24, 24))
+    trace = []
+    flash.online_softmax_attention(q, k, v, 8, causal=True, trace=trace)
+    fig = flash_plots.plot_online_softmax(trace, head=1, query=0)
+    ax_m, ax_l = fig.axes
+    scores = np.concatenate([b["s_HTP"][1, 0] for b in trace])
+    points = sum(len(ln.get_xdata()) for ln in ax_m.lines if ln.get_marker() == "o")
+    assert points == np.isfinite(scores).sum() == 22  # query 0 of 3 sees keys 0 .. 21
+    (l_line, at_final) = ax_l.lines[:2]
+    np.testing.assert_allclose(l_line.get_ydata(), [b["l_HT"][1, 0] for b in trace])
+    assert at_final.get_ydata()[-1] == pytest.approx(trace[-1]["l_HT"][1, 0])
+    assert [t.get_text() for t in ax_l.get_legend().get_texts()] == ["running sum l", "l at the final max"]
+    with pytest.raises(ValueError, match=r"^head, query: expected a row of the \[2, 3\] trace, got \(2, 0\)"):
+        flash_plots.plot_online_softmax(trace, head=2)
+    with pytest.raises(ValueError, match="^trace: expected"):
+        flash_plots.plot_online_softmax([])
+    rows = [
+        {"keys": s, "kv_bytes": 1024 * s, "plain": 0.5, "sdpa": 0.8, "split_kv": 0.3 * i}
+        for i, s in enumerate((64, 256), 1)
+    ]
+    fig = flash_plots.plot_decode_attention(rows, title="here")
+    (ax,) = fig.axes
+    assert ax.get_title() == "here"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64\n0.0625 MiB", "256\n0.25 MiB"]
+    np.testing.assert_allclose(ax.lines[2].get_ydata(), [0.3, 0.6])
+    with pytest.raises(ValueError, match="^rows: expected"):
+        flash_plots.plot_decode_attention([])
+    plt.close("all")
+
+
+def test_the_figure_module_imports_without_matplotlib():
+    code = "import sys, kvtutor.plots.flash; assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -255,6 +255,42 @@ def test_cached_tokens_respects_the_window():
     assert spec.cached_tokens(8192) == 21 * 8192 + 21 * 4096
 
 
+def test_layer_tokens_by_hand():
+    gemma2 = load_model_spec("gemma-2-9b")  # 21 full layers, 21 with a 4096-token window
+    assert gemma2.layer_tokens(8192) == [(21, 8192), (21, 4096)]
+    assert gemma2.layer_tokens(1000) == [(21, 1000), (21, 1000)]
+    assert gemma2.layer_tokens(8192, window=1024, sinks=4) == [(21, 1024), (21, 1024)]
+    assert gemma2.layer_tokens(32768, window=8192) == [(21, 8192), (21, 4096)]  # its own is shorter
+    assert load_model_spec("mistral-7b").layer_tokens(8192) == [(32, 4096)]
+    assert load_model_spec("llama-3-8b").layer_tokens(100, window=64, sinks=4) == [(32, 64)]
+    assert load_model_spec("llama-3-8b").layer_tokens(50, window=64, sinks=63) == [(32, 50)]
+    assert gemma2.without_window().layer_tokens(8192) == [(42, 8192)]
+    assert gemma2.without_window().n_params == gemma2.n_params
+
+
+@pytest.mark.parametrize("name", bundled_models())
+def test_layer_tokens_sum_to_cached_tokens(name):
+    spec = load_model_spec(name)
+    for seq_len in (1, 100, 4096, 4097, 10**6):
+        pairs = spec.layer_tokens(seq_len)
+        assert sum(layers for layers, _ in pairs) == spec.n_layers
+        assert sum(layers * tokens for layers, tokens in pairs) == spec.cached_tokens(seq_len)
+
+
+def test_layer_tokens_errors():
+    spec = load_model_spec("llama-3-8b")
+    with pytest.raises(ValueError, match=r"^sinks: expected 0 without a window, got 2"):
+        spec.layer_tokens(10, sinks=2)
+    with pytest.raises(ValueError, match=r"^window: expected an int >= 1, got 0"):
+        spec.layer_tokens(10, window=0)
+    with pytest.raises(ValueError, match=r"^sinks: expected an int >= 0, got -3"):
+        spec.layer_tokens(10, window=4, sinks=-3)
+    with pytest.raises(ValueError, match=r"^sinks: expected 0 <= sinks <= 3, got 4"):  # inside the window
+        spec.layer_tokens(10, window=4, sinks=4)
+    with pytest.raises(ValueError, match=r"^seq_len: expected an int >= 1, got 0"):
+        spec.layer_tokens(0, window=4)
+
+
 # ---------------------------------------------------------------- files and errors
 
 

@@ -8,18 +8,26 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvtutor
 from kvtutor import memory
 from kvtutor.hf_config import ModelSpec, load_model_spec, spec_from_dict
 from kvtutor.memory import (
     GIB,
+    KVBytes,
+    KVQuant,
+    fixed_scale_bytes,
     format_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     kv_bytes_total,
     kv_memory,
+    kv_shrink_rows,
     max_batch,
+    stored_bytes_per_sequence,
+    stored_bytes_per_token,
     weights_bytes,
 )
 
@@ -361,4 +369,281 @@ def test_plots_of_kv_per_token_and_memory_draw():
     )
     labels = [t.get_text() for t in ax.texts]
     assert all(any(t.startswith(f"{n} weights") for t in labels) for n in names)
+    plt.close("all")
+
+
+# ---------------------------------------------------------------- issue 16: scales and windows
+
+
+def test_int8_and_int4_per_token_by_hand():
+    """Llama-3-8B: 32 layers x 8 KV heads x (128 + 128) numbers, plus one fp16 scale per KV head
+    and token for K and one for V: 32 x 8 x 2 x 2 = 1,024 bytes of scales per token."""
+    spec = load_model_spec("llama-3-8b")
+    assert stored_bytes_per_token(spec, "int8") == KVBytes(payload=32 * 8 * 256, scales=1024)
+    assert stored_bytes_per_token(spec, "int8").total == 66_560
+    assert stored_bytes_per_token(spec, "int4") == KVBytes(payload=32 * 8 * 256 // 2, scales=1024)
+    assert stored_bytes_per_token(spec, "bf16") == KVBytes(payload=kv_bytes_per_token(spec))
+    # GPT-2: 12 layers x 12 heads x (64 + 64) int8, 12 x 12 x 2 fp16 scales
+    assert stored_bytes_per_token(load_model_spec("gpt2"), "int8").total == 12 * 12 * 128 + 12 * 12 * 2 * 2
+    # DeepSeek-V2 (MLA): one row of 512 + 64 per layer, one scale per row
+    v2 = load_model_spec("deepseek-v2")
+    assert stored_bytes_per_token(v2, "int8") == KVBytes(payload=60 * 576, scales=60 * 2)
+    # a wider scale costs more: fp32 scales double the scale bytes
+    assert stored_bytes_per_token(spec, KVQuant("int8", scale_dtype="fp32")).scales == 2048
+
+
+def test_int8_saves_just_under_2x_because_of_scales():
+    """bf16 / int8 = 2 K / (K + 2) for head dim K with one 2-byte scale per K numbers."""
+    for name, k in (("gpt2", 64), ("llama-3-8b", 128), ("gemma-7b", 256)):
+        spec = load_model_spec(name)
+        saving = kv_bytes_per_sequence(spec, 1000) / stored_bytes_per_sequence(spec, 1000, "int8").total
+        assert saving == pytest.approx(2 * k / (k + 2)) and 1.9 < saving < 2
+
+
+def test_fp8_per_tensor_scales_cost_a_fixed_few_bytes():
+    spec = load_model_spec("llama-3-8b")
+    assert stored_bytes_per_token(spec, "fp8") == KVBytes(payload=65_536)
+    assert fixed_scale_bytes(spec, "fp8") == 2 * 32 * 4  # one fp32 per layer for K and for V
+    assert fixed_scale_bytes(load_model_spec("deepseek-v2"), "e5m2") == 60 * 4
+    assert fixed_scale_bytes(spec, "int8") == fixed_scale_bytes(spec, "bf16") == 0
+    m = kv_memory(spec, 8192, batch=3, dtype="fp8")
+    assert m.kv_bytes_total == 3 * m.kv_bytes_per_sequence + 256
+    assert m.saving_vs_bf16 == 2.0 and m.kv_scale_bytes_fixed == 256
+
+
+def test_per_channel_key_scales_by_hand():
+    """Llama-3-8B int8, keys per channel in groups of 32, 100 tokens: 96 keys quantized (3 groups),
+    4 in bf16; values per token."""
+    spec = load_model_spec("llama-3-8b")
+    q = KVQuant("int8", key_scales="per-channel", group_size=32)
+    assert q.key_scales == "per_channel"
+    per_layer = KVBytes(
+        payload=100 * 8 * 128 + 96 * 8 * 128,  # values, quantized keys
+        scales=100 * 8 * 2 + 3 * 8 * 128 * 2,  # one per head and token; per head, group and channel
+        residual=4 * 8 * 128 * 2,  # the unfilled group's keys in bf16
+    )
+    assert stored_bytes_per_sequence(spec, 100, q) == KVBytes(*(32 * x for x in vars(per_layer).values()))
+    # per token: value scales + K / G key scales per head, spread over the group
+    assert stored_bytes_per_token(spec, q).scales == 32 * 8 * (2 + 128 * 2 // 32)
+
+
+@pytest.mark.parametrize("key_mode", ["per_token", "per_channel"])
+@pytest.mark.parametrize("n_tokens", [1, 7, 8, 19, 24])
+def test_formula_equals_bytes_measured_on_the_int8_cache(key_mode, n_tokens):
+    from kvtutor.quant_cache import QuantizedKVCache
+
+    cfg = kvtutor.ModelConfig(vocab_size=30, d_model=32, n_heads=8, n_layers=3, max_seq_len=24, n_kv_heads=2)
+    model = kvtutor.NumpyModel.random(cfg)
+    cache = QuantizedKVCache.for_model(model, key_mode=key_mode, group_size=8)
+    model.prefill(list(range(n_tokens)), cache)
+    quant = KVQuant("int8", key_mode, 8, scale_dtype="fp32", float_dtype="fp32")  # a float32 model's cache
+    stored = stored_bytes_per_sequence(ModelSpec.from_model_config(cfg), n_tokens, quant)
+    assert stored.total == cache.nbytes
+    assert stored_bytes_per_sequence(ModelSpec.from_model_config(cfg), n_tokens, "fp32").total == (
+        cache.float_nbytes
+    )
+
+
+def test_float_formats_agree_with_the_plain_formula():
+    for name in kvtutor.hf_config.bundled_models():
+        spec = load_model_spec(name)
+        for dtype in ("bf16", "fp32", "fp8"):
+            for n in (1, 4095, 4096, 5000, 40_000):
+                assert stored_bytes_per_sequence(spec, n, dtype).total == kv_bytes_per_sequence(
+                    spec, n, dtype
+                )
+
+
+def test_a_window_caps_the_sequence():
+    spec = load_model_spec("llama-3-8b")  # no window of its own
+    per_token = kv_bytes_per_token(spec)
+    capped = [stored_bytes_per_sequence(spec, n, "bf16", window=1024, sinks=4).total for n in (1024, 8192)]
+    assert capped == [1024 * per_token, 1024 * per_token]  # the 4 sinks are among the 1024 kept
+    assert stored_bytes_per_sequence(spec, 500, window=1024, sinks=4).total == 500 * per_token
+    # Gemma-2: an imposed window longer than its own leaves the sliding layers at their own 4096
+    gemma2 = load_model_spec("gemma-2-9b")
+    half = kv_bytes_per_token(gemma2) // 2
+    assert stored_bytes_per_sequence(gemma2, 32768, window=8192).total == half * 8192 + half * 4096
+    assert stored_bytes_per_sequence(gemma2, 32768, window=1024).total == 2 * half * 1024
+    # scales follow the window too
+    assert stored_bytes_per_sequence(spec, 8192, "int8", window=1024).total == (
+        1024 * stored_bytes_per_token(spec, "int8").total
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(["gpt2", "llama-3-8b", "mistral-7b", "gemma-2-9b", "deepseek-v2"]),
+    seq_len=st.integers(1, 20_000),
+    window=st.integers(1, 8192),
+    sinks=st.integers(0, 16),
+    dtype=st.sampled_from(["bf16", "int8", "int4", "fp8"]),
+)
+def test_window_properties(name, seq_len, window, sinks, dtype):
+    spec, sinks = load_model_spec(name), min(sinks, window - 1)
+    windowed = stored_bytes_per_sequence(spec, seq_len, dtype, window, sinks).total
+    full = stored_bytes_per_sequence(spec.without_window(), seq_len, dtype).total
+    longer = stored_bytes_per_sequence(spec, seq_len + 1, dtype, window, sinks).total
+    assert windowed <= stored_bytes_per_sequence(spec, seq_len, dtype).total <= full
+    assert windowed <= longer  # never shrinks as the sequence grows
+    if seq_len >= window:  # every layer's window is full: one more token adds nothing
+        assert longer == windowed
+    if seq_len <= min(window, spec.sliding_window or seq_len):
+        assert windowed == full
+
+
+def test_kv_memory_reports_quantization_and_window():
+    spec = load_model_spec("mistral-7b")
+    m = kv_memory(spec, 32768, batch=2, dtype="int8", weights_dtype="bf16", memory_gib=80)
+    assert m.kv_bytes_per_sequence == 4096 * 66_560 and m.kv_bytes_per_sequence_full == 32768 * 66_560
+    assert m.kv_bytes_per_sequence_bf16 == 4096 * 131_072 and m.window_saving == 8.0
+    assert m.saving_vs_bf16 == pytest.approx(131_072 / 66_560)
+    assert m.kv_scale_bytes_per_sequence == 4096 * 1024 and m.kv_bytes_total == 2 * m.kv_bytes_per_sequence
+    assert m.max_batch == (80 * GIB - m.weights_bytes) // m.kv_bytes_per_sequence
+    w = kv_memory(load_model_spec("llama-3-8b"), 8192, window=1024, sinks=4)
+    assert w.kv_bytes_per_sequence == 1024 * 131_072 and w.window == 1024 and w.sinks == 4
+    # the float path gives the same numbers as before
+    plain = kv_memory(load_model_spec("llama-3-8b"), 8192, 8, "fp16")
+    assert plain.kv_bytes_total == kv_bytes_total(load_model_spec("llama-3-8b"), 8192, 8, "fp16")
+    assert (plain.saving_vs_bf16, plain.window_saving, plain.kv_scale_bytes_per_token) == (1.0, 1.0, 0)
+
+
+def test_shrink_rows_of_every_bundled_model():
+    rows = kv_shrink_rows(32768)
+    assert [r.model for r in rows] == kvtutor.hf_config.bundled_models()
+    for r in rows:
+        assert 1.9 < r.saving("int8") < 2 and r.saving("fp8") == 2
+        assert r.int8_per_token > r.bf16_per_token // 2 and r.fp8_per_token * 2 == r.bf16_per_token
+        assert r.bf16_per_sequence == 32768 * r.bf16_per_token
+    by_name = {r.model: r for r in rows}
+    mistral = by_name["mistral-7b"]
+    assert (mistral.window, mistral.n_windowed_layers, mistral.windowed_per_token) == (4096, 32, 0)
+    assert mistral.saving("windowed") == 8.0
+    gemma2 = by_name["gemma-2-9b"]  # half the layers slide: token 32,769 adds to the other half
+    assert gemma2.windowed_per_token == gemma2.bf16_per_token // 2
+    assert (
+        by_name["llama-3-8b"].windowed_per_sequence is None
+        and by_name["llama-3-8b"].saving("windowed") is None
+    )
+    given_ = kv_shrink_rows(8192, window=1024, sinks=4, names=["llama-3-8b", "deepseek-v2"])
+    assert [r.windowed_per_token for r in given_] == [0, 0]
+    assert given_[0].windowed_per_sequence == 1024 * 131_072 and given_[1].n_windowed_layers == 60
+
+
+def test_errors_name_the_argument():
+    spec = load_model_spec("llama-3-8b")
+    with pytest.raises(ValueError, match=r"^sinks: expected 0 without a window, got 4"):
+        stored_bytes_per_sequence(spec, 100, sinks=4)
+    with pytest.raises(ValueError, match=r"^window: expected an int >= 1, got 0"):
+        stored_bytes_per_sequence(spec, 100, window=0)
+    with pytest.raises(ValueError, match=r"^sinks: expected an int >= 0, got -1"):
+        kv_memory(spec, 100, window=10, sinks=-1)
+    with pytest.raises(ValueError, match=r"^sinks: expected 0 <= sinks <= 9, got 10"):
+        kv_memory(spec, 100, window=10, sinks=10)
+    with pytest.raises(TypeError, match=r"^window: expected an int, got float"):
+        kv_shrink_rows(100, window=10.0, names=["gpt2"])
+    with pytest.raises(ValueError, match=r"^key_scales: expected one of \['per_token', 'per_channel'\]"):
+        KVQuant("int8", key_scales="per_head")
+    with pytest.raises(ValueError, match=r"^key_scales: 'per_channel' applies to int8 and int4 caches"):
+        KVQuant("fp8", key_scales="per_channel")
+    with pytest.raises(ValueError, match=r"^key_scales: 'per_channel' needs separate keys; latent attention"):
+        stored_bytes_per_token(load_model_spec("deepseek-v2"), KVQuant("int8", "per_channel"))
+    with pytest.raises(ValueError, match=r"^group_size: expected an int >= 1, got 0"):
+        KVQuant("int8", group_size=0)
+    with pytest.raises(ValueError, match=r"^scale_dtype: expected a float format"):
+        KVQuant("int8", scale_dtype="int8")
+    with pytest.raises(ValueError, match=r"^float_dtype: expected a dtype name"):
+        KVQuant("int8", float_dtype=None)
+    with pytest.raises(ValueError, match=r"^dtype: expected one of"):
+        KVQuant("fp7")
+    with pytest.raises(TypeError, match=r"^quant: expected a dtype name or a KVQuant, got int"):
+        stored_bytes_per_token(spec, 8)
+    with pytest.raises(TypeError, match=r"^spec: expected a ModelSpec"):
+        stored_bytes_per_token("llama-3-8b", "int8")
+    with pytest.raises(TypeError, match=r"^names: expected a list of model names"):
+        kv_shrink_rows(100, names="gpt2")
+    with pytest.raises(ValueError, match=r"^kind: expected 'int8', 'fp8' or 'windowed', got 'int4'"):
+        kv_shrink_rows(100, names=["gpt2"])[0].saving("int4")
+
+
+def test_cli_kv_dtype_and_dtype(capsys):
+    rc, out, err = run_main(capsys, "llama-3-8b", "--seq-len", "8192", "--kv-dtype", "int8", "--json")
+    data = json.loads(out)
+    assert rc == 0 and err == ""
+    assert (data["dtype"], data["weights_dtype"]) == ("int8", "bf16")
+    assert data["kv_bytes_per_token"] == 66_560 and data["kv_scale_bytes_per_token"] == 1024
+    assert data["kv_bytes_per_sequence_bf16"] == GIB and data["weights_bytes"] == 2 * 8_030_261_248
+    # --dtype stays the default for both; --kv-dtype overrides it for the cache
+    rc, out, _ = run_main(capsys, "llama-3-8b", "--seq-len", "8192", "--dtype", "int8", "--json")
+    assert json.loads(out)["weights_dtype"] == "int8" and json.loads(out)["kv_bytes_per_token"] == 66_560
+    rc, out, _ = run_main(capsys, "llama-3-8b", "--dtype", "int8", "--kv-dtype", "bf16", "--json")
+    assert (json.loads(out)["dtype"], json.loads(out)["weights_dtype"]) == ("bf16", "int8")
+
+
+def test_cli_table_shows_bytes_and_savings(capsys):
+    rc, out, _ = run_main(capsys, "llama-3-8b", "--seq-len", "8192", "--kv-dtype", "int8")
+    assert rc == 0
+    assert "scales     one fp16 per KV head and token, for K and for V" in out
+    assert "  of which scales" in out and "1,024" in out and "  the same in bf16" in out
+    assert "int8 vs bf16: 1.97x smaller per sequence" in out
+    rc, out, _ = run_main(capsys, "mistral-7b", "--seq-len", "32768")
+    assert "  without the window                  4,294,967,296" in out
+    assert "window: 8.00x smaller than the full cache at 32,768 tokens" in out
+    rc, out, _ = run_main(capsys, "gemma-2-9b", "--seq-len", "8192", "--window", "1024", "--sinks", "4")
+    assert "what-if: 1,024 tokens in every layer (4 sinks + the last 1,020)" in out
+    assert "(its own: 4,096 tokens in 21 of 42 layers)" in out
+    rc, out, _ = run_main(capsys, "llama-3-8b", "--seq-len", "8192")  # bf16, no window: nothing added
+    assert "scales" not in out and "vs bf16" not in out and "without the window" not in out
+
+
+@pytest.mark.parametrize("name", kvtutor.hf_config.bundled_models())
+def test_quantized_and_windowed_reports_fit_the_text_width(name, capsys):
+    spec = load_model_spec(name)
+    key_scales = "per_token" if spec.kv_lora_rank else "per_channel"
+    for argv in (
+        ["--kv-dtype", "int4", "--key-scales", key_scales, "--window", "100000", "--sinks", "99999"],
+        ["--kv-dtype", "fp8", "--window", "4096", "--batch", "1024", "--memory-gib", "80"],
+        ["--kv-dtype", "int8", "--seq-len", str(10 * spec.max_seq_len)],
+    ):
+        rc, out, _ = run_main(capsys, name, *argv)
+        assert rc == 0 and max(map(len, out.splitlines())) <= kvtutor.text.TEXT_WIDTH, out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["gpt2", "--kv-dtype", "fp7"], "--kv-dtype: expected one of"),
+        (["gpt2", "--key-scales", "per-head"], "--key-scales: expected one of ['per_token', 'per_channel']"),
+        (["gpt2", "--key-scales", "per-channel"], "--key-scales: 'per_channel' applies to int8 and int4"),
+        (
+            ["deepseek-v2", "--kv-dtype", "int8", "--key-scales", "per-channel"],
+            "--key-scales: 'per_channel' needs",
+        ),
+        (["gpt2", "--kv-dtype", "int8", "--group-size", "0"], "--group-size: expected an int >= 1, got 0"),
+        (["gpt2", "--window", "0"], "--window: expected an int >= 1, got 0"),
+        (["gpt2", "--window", "8", "--sinks", "-1"], "--sinks: expected an int >= 0, got -1"),
+        (["gpt2", "--sinks", "4"], "--sinks: expected 0 without a window, got 4"),
+        (["gpt2", "--window", "8", "--sinks", "8"], "--sinks: expected 0 <= sinks <= 7, got 8"),
+        (["gpt2", "--window", "x"], "invalid int value"),
+    ],
+)
+def test_cli_errors_name_the_new_flags(capsys, argv, message):
+    rc, out, err = run_main(capsys, *argv)
+    assert rc == 2 and out == "" and message in err and "Traceback" not in err
+
+
+def test_plots_of_shrinking_draw():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvtutor.plots import memory as memory_plots
+
+    rows = kv_shrink_rows(32768, names=["llama-3-8b", "mistral-7b", "deepseek-v2"])
+    ax = memory_plots.plot_kv_shrink(rows)
+    assert len(ax.patches) == 3 * 3 + 1  # bf16, int8, fp8 each; a window only for Mistral
+    assert [t.get_text() for t in ax.texts] == [" 8.0x less"]
+    ax = memory_plots.plot_window_cap(["llama-3-8b"], [1024, 4096, 16384], window=2048, sinks=4)
+    capped = ax.lines[1].get_ydata()
+    assert capped[1] == capped[2] < ax.lines[0].get_ydata()[2]
     plt.close("all")

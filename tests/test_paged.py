@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import kvtutor
 from kvtutor.cache import KVCache
-from kvtutor.paged import BlockAllocator, PagedKVCache, PagedKVPool
-from kvtutor.paged_trace import Request, random_trace, simulate_trace
+from kvtutor.paged import BlockAllocator, PagedKVCache, PagedKVPool, block_owners
+from kvtutor.paged_trace import Request, random_trace, shared_prefix_trace, simulate_trace
+from kvtutor.prefix_cache import block_hashes
 
 
 def make_model(n_heads=4, n_kv_heads=2, d_head=4, n_layers=2, max_seq_len=48, vocab=30, seed=0):
@@ -169,6 +170,7 @@ def test_usage_counts_reserved_and_used_bytes():
     assert u.bytes_reserved == 4 * pool.block_bytes and u.bytes_used == 11 * pool.token_bytes
     assert u.bytes_wasted == (3 + 2) * pool.token_bytes  # only the last block of each is partly empty
     assert a.nbytes == 3 * pool.block_bytes and b.nbytes == pool.block_bytes
+    assert block_owners([a, b]) == ({0: 0, 1: 0, 2: 0, 3: 1}, {0: 4, 1: 4, 2: 1, 3: 2})
     assert pool.nbytes == pool.k_LNHPK.nbytes * 2 == 10 * pool.block_bytes
 
 
@@ -442,3 +444,75 @@ def test_a_pool_longer_than_the_model_is_refused_by_name():
     assert len(seq) == 0 and seq.block_table == [] and pool.allocator.n_free == 8
     fitting = PagedKVPool(2, 2, 4, n_blocks=8, block_size=2, max_seq_len=8).new_sequence()
     assert model.prefill([1, 2], fitting).shape == (2, 30)
+
+
+# ---------------------------------------------------------------- shared system prompts, prefix caching
+
+
+def test_shared_prefix_trace_is_reproducible_and_shares_prefixes():
+    a = shared_prefix_trace(60, 128, 500, n_prefixes=3, prefix_len=40, seed=2)
+    assert a == shared_prefix_trace(60, 128, 500, n_prefixes=3, prefix_len=40, seed=2)
+    assert a != shared_prefix_trace(60, 128, 500, n_prefixes=3, prefix_len=40, seed=3)
+    assert all(len(r.prompt_ids) == r.prompt_len > 40 and r.prompt_len + r.output_len <= 128 for r in a)
+    assert len({r.prompt_ids[:40] for r in a}) == 3
+    assert [r.arrival for r in a] == sorted(r.arrival for r in a)
+    assert "prompt_ids" not in repr(a[0])
+    with pytest.raises(ValueError, match=r"^prefix_len: expected 1 <= prefix_len <= 126, got 127"):
+        shared_prefix_trace(5, 128, 500, prefix_len=127)
+    with pytest.raises(ValueError, match=r"^mean_suffix: expected a finite number >= 1, got 0.5"):
+        shared_prefix_trace(5, 128, 500, mean_suffix=0.5)
+    with pytest.raises(TypeError, match=r"^mean_gap: expected a number, got str"):
+        shared_prefix_trace(5, 128, 500, mean_gap="1")
+
+
+@pytest.mark.parametrize("capacity", [48, 64, 96, 400])
+def test_replay_with_prefix_caching_counts_what_the_real_caches_do(capacity):
+    model = make_model()
+    trace = shared_prefix_trace(
+        30, 48, 30, n_prefixes=3, prefix_len=12, seed=1, mean_suffix=6, mean_output=10, mean_gap=0.7
+    )
+    book = simulate_trace(trace, "paged", capacity, 48, 4, prefix_caching=True)
+    real = simulate_trace(trace, "paged", capacity, 48, 4, model=model, prefix_caching=True)
+    plain = simulate_trace(trace, "paged", capacity, 48, 4, model=model)
+    for key in ("reserved", "used", "running", "steps", "preemptions", "evictions", "prompt_tokens",
+                "cached_tokens", "first_prefill_tokens", "first_cached_tokens"):  # fmt: skip
+        assert getattr(book, key) == getattr(real, key), key
+    assert real.outputs == plain.outputs and all(
+        len(o) == r.output_len for o, r in zip(real.outputs, trace, strict=True)
+    )
+    assert book.cached_tokens > 0 and book.prefill_tokens < plain.prefill_tokens
+    assert sum(book.first_prefill_tokens) + sum(book.first_cached_tokens) == sum(r.prompt_len for r in trace)
+    assert plain.cached_tokens == plain.evictions == 0 and plain.hit_rate == 0.0
+
+
+def test_more_memory_keeps_more_prefixes_cached():
+    trace = shared_prefix_trace(300, 512, 1000, n_prefixes=16, prefix_len=128, seed=0)
+    rates = [
+        simulate_trace(trace, "paged", n * 16, 512, 16, prefix_caching=True).first_hit_rate
+        for n in (32, 128, 512)
+    ]
+    assert rates[0] < rates[1] < rates[2]
+    ample = simulate_trace(trace, "paged", 4096 * 16, 512, 16, prefix_caching=True)
+    assert ample.evictions == ample.preemptions == 0
+    # with room for everything, a first prefill misses only what no request admitted before named
+    named, expected = set(), []
+    for r in sorted(trace, key=lambda r: r.arrival):  # admitted in arrival order
+        expected.append(16 * sum(h in named for h in block_hashes(r.prompt_ids[:-1], 16)))
+        named.update(block_hashes(r.prompt_ids, 16))
+    assert sorted(ample.first_cached_tokens) == sorted(expected) and sum(expected) > 0
+
+
+def test_trace_errors_for_prefix_caching():
+    trace = [Request(0, 4, 4)]
+    with pytest.raises(ValueError, match=r"^prefix_caching: expected False with scheme 'contiguous'"):
+        simulate_trace(trace, "contiguous", 64, 16, prefix_caching=True)
+    with pytest.raises(TypeError, match=r"^prefix_caching: expected a bool, got str"):
+        simulate_trace(trace, "paged", 64, 16, prefix_caching="yes")
+    with pytest.raises(
+        ValueError, match=r"^trace: request 0 expected 4 prompt_ids \(its prompt_len\), got 3"
+    ):
+        simulate_trace([Request(0, 4, 4, (1, 2, 3))], "paged", 64, 16, prefix_caching=True)
+    with pytest.raises(
+        ValueError, match=r"^trace: request 0 expected prompt_ids below the model's vocab_size 30"
+    ):
+        simulate_trace([Request(0, 2, 2, (1, 30))], "paged", 64, 16, model=make_model(), prefix_caching=True)

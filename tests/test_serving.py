@@ -105,6 +105,21 @@ def check_trace_invariants(trace, requests, max_batch_size):
     for s in trace.steps:
         assert 0 < s.held <= max_batch_size
         assert s.tokens == sum(1 for r in records if r.tokens and r.admit_step <= s.step <= r.finish_step)
+        # the step's work: each prompt admitted in it, whole, and one decode per other running request
+        admitted = sorted(
+            (r for r in records if r.tokens and r.admit_step == s.step), key=lambda r: r.arrival_step
+        )
+        assert s.chunks == tuple((len(r.prompt_ids), 0) for r in admitted) and s.prefilled == len(admitted)
+        assert len(s.contexts) == s.decoded and s.batched_tokens == s.prompt_tokens + s.decoded
+        assert sorted(s.contexts) == sorted(
+            len(r.prompt_ids) + s.step - r.admit_step
+            for r in records
+            if r.admit_step < s.step <= r.finish_step
+        )
+    for r in records:  # whole prompts: a request takes its slot in the step that prefills it
+        assert r.start_step == r.admit_step and r.chunks == (
+            [(r.admit_step, len(r.prompt_ids))] if r.tokens else []
+        )
     if trace.policy == "continuous":
         # work conserving: an arrived request never waits while a slot is free
         for s in trace.steps:
@@ -248,9 +263,13 @@ def test_serving_figures_draw_and_check_their_input(numpy_model):
         serving_plots.plot_tokens_per_step([1, 2], {"a": [1.5, 1.8]}, {"a": [1.6, 1.9]}),
         serving_plots.plot_speedups([1, 2], {"a": [0.9, 0.8], "b": [1.1, 1.2]}, {"a": [1.0, 0.9]}),
         serving_plots.plot_distributions([0.5, 0.5], {"s": [4, 6]}, labels=["x", "y"]),
+        serving_plots.plot_token_times(traces, ["static", "continuous"], lambda s: 1.0 + s.batched_tokens),
+        serving_plots.plot_token_times(traces[1:], ["measured"]),
     ]
     assert all(len(f.axes) >= 1 for f in figs)
     assert len(figs[0].axes) == 2  # one timeline per trace
+    assert [ax.get_title(loc="left") for ax in figs[6].axes] == ["static", "continuous"]
+    assert "modelled" in figs[6].axes[-1].get_xlabel() and "measured" in figs[7].axes[-1].get_xlabel()
     for f in figs:
         plt.close(f)
     with pytest.raises(TypeError, match="traces: expected a non-empty list of ServingTrace"):
@@ -265,6 +284,10 @@ def test_serving_figures_draw_and_check_their_input(numpy_model):
         serving_plots.plot_speedups([1, 2], [1, 2], {})
     with pytest.raises(ValueError, match="labels: expected 2 labels, got 1"):
         serving_plots.plot_distributions([0.5, 0.5], {"s": [1, 1]}, labels=["x"])
+    with pytest.raises(ValueError, match="labels: expected 2 labels, got 1"):
+        serving_plots.plot_token_times(traces, ["x"])
+    with pytest.raises(TypeError, match="step_seconds: expected None or a function"):
+        serving_plots.plot_token_times(traces, ["x", "y"], 1.0)
 
 
 # ---------------------------------------------------------------- issue 12: lengths and slots

@@ -26,6 +26,7 @@ V there are the key and value matrices); the code's suffixes keep K and V.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
@@ -54,18 +55,21 @@ __all__ = [
 ]
 
 # torch is optional: kvtutor imports without it, TorchModel needs it (and `import *` offers it only then)
+#: The names that need torch, and the module each comes from (imported on first use).
+_TORCH_NAMES = {"TorchModel": "torch_model", "TorchLlamaModel": "torch_llama"}
+
 if installed("torch"):
-    __all__.append("TorchModel")
+    __all__ += list(_TORCH_NAMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "TorchModel":
+    if name in _TORCH_NAMES:
         try:
-            from .torch_model import TorchModel
+            module = importlib.import_module(f".{_TORCH_NAMES[name]}", __name__)
         except ModuleNotFoundError as exc:
-            error = missing_extra(exc, "kvtutor.TorchModel")
+            error = missing_extra(exc, f"kvtutor.{name}")
             if error is None:
                 raise
             raise error from None
-        return TorchModel
+        return getattr(module, name)
     raise AttributeError(f"module 'kvtutor' has no attribute {name!r}")

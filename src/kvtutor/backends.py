@@ -6,7 +6,8 @@ same way (``cache.truncate(length)``). What remains different is the batch: a ``
 one sequence per cache, token ids [T] -> NumPy logits [T,V]; a ``TorchModel`` runs a batch in one
 cache with a length per row, [B,T] -> tensor logits [B,T,V] on its device. The code for that
 difference lives here, once, for ``kvtutor.serving`` (the batch slots of continuous batching) and
-``kvtutor.speculative`` (one sequence at a time). None of it imports torch.
+``kvtutor.speculative`` (one sequence at a time), with the one-sequence chunked prefill that both
+models share (``prefill_in_chunks``). None of it imports torch unless a TorchModel is given.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ import numpy as np
 from .cache import KVCache
 from .config import ModelConfig
 from .numpy_model import NumpyModel
+from .validate import check_int, check_token_ids
 
 __all__ = [
     "is_torch_model",
     "check_model",
     "forward_one",
+    "prefill_in_chunks",
     "check_empty_cache",
+    "forward_row",
     "LoopedSlots",
     "BatchedSlots",
     "batch_slots",
@@ -61,6 +65,48 @@ def forward_one(model: Any, ids: Sequence[int], cache: Any) -> np.ndarray:
     return model.forward([list(ids)], cache)[0].double().cpu().numpy()
 
 
+def prefill_in_chunks(
+    model: Any,
+    prompt_ids: Any,
+    cache: Any,
+    chunk_size: int,
+) -> np.ndarray:
+    """[T] -> [C,V] float64: the prompt chunk_size tokens at a time, the
+    logits of the last chunk (C tokens, C <= chunk_size).
+
+    Each chunk runs at positions len(cache) .. len(cache)+C-1 against
+    every key already cached: its C queries are the last C of S keys,
+    which is the bottom-right causal mask. The cache ends as a whole
+    prefill leaves it. Any cache of ``model`` for one sequence: NumPy
+    (preallocated, concat, paged) or torch of batch size 1.
+
+    The book shows this in "Continuous batching".
+    """
+    cfg = check_model(model, "model")
+    model.check_cache(cache)
+    if is_torch_model(model) and cache.batch_size != 1:
+        raise ValueError(
+            f"cache: expected a cache of batch size 1, got {cache.batch_size}"
+        )  # fmt: skip
+    prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
+    chunk_size = check_int("chunk_size", chunk_size, 1)
+    held = len(cache)
+    # refuse before any chunk is written
+    if held + len(prompt) > cache.capacity:
+        raise ValueError(
+            f"prompt_ids: {len(prompt)} tokens after {held} cached ones "
+            f"exceed the capacity {cache.capacity}"
+        )  # fmt: skip
+    try:
+        for start in range(0, len(prompt), chunk_size):
+            chunk = [int(t) for t in prompt[start : start + chunk_size]]
+            logits_CV = forward_one(model, chunk, cache)
+    except BaseException:  # a paged pool out of blocks: drop what was run
+        cache.truncate(held)
+        raise
+    return logits_CV
+
+
 def check_empty_cache(model: Any, cache: Any, name: str = "cache") -> None:
     """A TypeError/ValueError naming ``name`` unless ``cache`` is an empty cache of ``model`` for one
     sequence (a NumPy cache always holds one; a torch cache must have batch size 1)."""
@@ -82,10 +128,15 @@ class LoopedSlots:
         self.model = model
         self.caches: list[KVCache] = [model.new_cache(capacity=capacity) for _ in range(n_slots)]
 
-    def prefill(self, slot: int, prompt: list[int]) -> int:
-        """Prompt [T] into a slot, emptied first -> its first (greedy) token."""
-        self.caches[slot].truncate(0)
-        return int(np.argmax(self.model.prefill(prompt, self.caches[slot])[-1]))
+    def prefill(self, slot: int, ids: list[int], start: int = 0) -> int:
+        """Prompt tokens [C] into a slot at positions start .. start+C-1 (start 0: the slot is
+        emptied first) -> the greedy token after them (the first token, after the last chunk)."""
+        cache = self.caches[slot]
+        if start == 0:
+            cache.truncate(0)
+            return int(np.argmax(self.model.prefill(ids, cache)[-1]))
+        check_length(len(cache), start)
+        return int(np.argmax(self.model.forward(ids, cache)[-1]))
 
     def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
         """One new token for each listed slot -> the next (greedy) token of each."""
@@ -104,10 +155,14 @@ class BatchedSlots:
         self.n_slots = n_slots
         self.cache = model.new_cache(n_slots, capacity=capacity)
 
-    def prefill(self, slot: int, prompt: list[int]) -> int:
-        """Prompt [T] into a row, emptied first -> its first (greedy) token."""
-        self.cache.reset_row(slot)
-        return int(self.model.prefill_row(prompt, self.cache, slot)[-1].argmax())
+    def prefill(self, slot: int, ids: list[int], start: int = 0) -> int:
+        """Prompt tokens [C] into a row at positions start .. start+C-1 (start 0: the row is
+        emptied first) -> the greedy token after them (the first token, after the last chunk)."""
+        if start == 0:
+            self.cache.reset_row(slot)
+            return int(self.model.prefill_row(ids, self.cache, slot)[-1].argmax())
+        check_length(self.cache.host_lengths[slot], start)
+        return int(forward_row(self.model, ids, self.cache, slot)[-1].argmax())
 
     def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
         """One new token for each listed row, all in one step -> the next (greedy) token of each."""
@@ -119,10 +174,51 @@ class BatchedSlots:
         return [int(next_B[s]) for s in slots]
 
 
+def check_length(held: int, start: int) -> None:
+    """A ValueError unless a slot holding ``held`` positions continues at ``start``: a chunk goes
+    right after the one before it."""
+    if held != start:
+        raise ValueError(
+            f"start: expected the slot's length {held} (a chunk continues the last), got {start}"
+        )
+
+
+def forward_row(model: Any, ids_T: Any, cache: Any, row: int) -> Any:
+    """[T] -> [T,V] tensor: T new tokens of one row of a TorchModel's batched cache, at positions
+    len(row) .. len(row)+T-1, attending to the row's cached keys (the other rows are untouched).
+
+    ``TorchModel.prefill_row`` does this for an empty row only; a prompt chunk continues a row that
+    already holds the chunks before it. The same steps as ``TorchModel.forward``, on a plan for
+    the one row (``TorchKVCache.plan(row=...)``, whose mask is the bottom-right causal mask).
+    """
+    import torch  # only here: a TorchModel exists, so torch is installed
+
+    from .torch_engine import token_ids
+    from .torch_mirror import block, embed, layer_norm
+
+    if not is_torch_model(model):
+        raise TypeError(f"model: expected a TorchModel, got {type(model).__name__}")
+    model.check_cache(cache)
+    row = cache.check_row(row)
+    if cache.kind == "concat" and cache.batch_size > 1:
+        raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
+    cfg = model.config
+    ids_1T = token_ids(ids_T, 1, cfg.vocab_size, "ids_T", model.device)[None]
+    plan = cache.plan(ids_1T.shape[1], row=row, name="ids_T")  # raises if the row lacks room
+    with torch.inference_mode():
+        x_1TD = embed(ids_1T, model.wte_VD, model.wpe_MD, plan.start)
+        for i, layer in enumerate(model.layers):
+            x_1TD = block(x_1TD, layer, cfg, cache, i, plan)
+        logits_1TV = model.lm_head(layer_norm(x_1TD, model.lnf_g, model.lnf_b, cfg.layer_norm_eps))
+        cache.commit(plan)
+    return logits_1TV[0]
+
+
 def batch_slots(model: Any, n_slots: int, capacity: int) -> LoopedSlots | BatchedSlots:
     """``n_slots`` request slots of up to ``capacity`` positions each, as ``run_serving`` uses them:
-    ``prefill(slot, prompt) -> token`` and ``decode(slots, tokens) -> tokens``, greedy. A
-    ``NumpyModel`` gets ``LoopedSlots`` (one cache per slot), a ``TorchModel`` ``BatchedSlots``."""
+    ``prefill(slot, ids, start=0) -> token`` (a whole prompt, or a chunk at ``start``) and
+    ``decode(slots, tokens) -> tokens``, greedy. A ``NumpyModel`` gets ``LoopedSlots`` (one cache
+    per slot), a ``TorchModel`` ``BatchedSlots``."""
     if is_torch_model(model):
         return BatchedSlots(model, n_slots, capacity)
     return LoopedSlots(model, n_slots, capacity)

@@ -10,6 +10,14 @@ for one layer at positions ``len(cache) .. len(cache) + T - 1`` and returns ever
 that the new queries may attend to, [H, S, K] with S = len(cache) + T. Once every layer has been
 updated, ``advance(T)`` moves the length forward. Until then ``len(cache)`` and ``keys(layer)``
 still describe the committed state, so a forward pass that fails half way changes nothing visible.
+
+A cache may also say which of the keys it returns each new query may see, by a method
+``mask(n_new) -> [T, S] bool array or None`` (optional: the protocol below does not require it).
+For the ``n_new`` = T queries at positions ``len(cache) .. len(cache) + T - 1`` and the S keys that
+``update`` returns for them, True where query t may see key s; None means the plain causal mask
+(the T queries are the last T of the S keys, and each sees every key up to its own position).
+A sliding-window cache (``kvtutor.window_cache``) returns only the keys its window keeps and masks
+within them. ``numpy_model.attention_core`` asks through ``cache_mask``, which checks the answer.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ __all__ = [
     "CACHE_KINDS",
     "make_cache",
     "check_cache",
+    "cache_mask",
 ]
 
 
@@ -273,3 +282,24 @@ def check_cache(cache: Any, n_layers: int, n_kv_heads: int, d_head: int, max_seq
             f"got {cache.capacity} (make caches with model.new_cache() or "
             "PagedKVPool.for_model(model, ...))"
         )
+
+
+def cache_mask(cache: Any, n_new: int, n_keys: int) -> np.ndarray | None:
+    """[T,S] bool or None: the mask ``cache`` chooses for ``n_new`` queries against the ``n_keys``
+    keys its ``update`` returned (see the module docstring), or None where there is no cache, the
+    cache has no ``mask`` method, or it answers None (the plain causal mask). A mask that is not a
+    bool array of shape [n_new, n_keys] is a ValueError naming the cache's class."""
+    mask = getattr(cache, "mask", None) if cache is not None else None
+    if mask is None:
+        return None
+    mask_TS = mask(n_new)
+    if mask_TS is None:
+        return None
+    is_array = isinstance(mask_TS, np.ndarray)
+    if not is_array or mask_TS.dtype != np.bool_ or mask_TS.shape != (n_new, n_keys):
+        got = f"{mask_TS.dtype} {list(mask_TS.shape)}" if is_array else type(mask_TS).__name__
+        raise ValueError(
+            f"cache.mask: expected a bool array of shape [{n_new}, {n_keys}] from "
+            f"{type(cache).__name__}.mask({n_new}), got {got}"
+        )
+    return mask_TS

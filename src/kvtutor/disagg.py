@@ -49,8 +49,8 @@ from .config import ModelConfig
 from .validate import check_int
 
 __all__ = [
-    "LLAMA_7B_LIKE", "DEPLOYMENTS", "METRICS", "DEFAULT_RATES", "SERVING_MECHANISMS", "Request",
-    "make_trace", "check_requests", "StepModel", "RequestResult", "SimResult", "simulate",
+    "LLAMA_7B_LIKE", "DEPLOYMENTS", "METRICS", "DEFAULT_RATES", "SERVING_MECHANISMS", "MECHANISMS_CHECKED",
+    "Request", "make_trace", "check_requests", "StepModel", "RequestResult", "SimResult", "simulate",
     "sweep_rates", "sweep_split", "find_crossover",
 ]  # fmt: skip
 
@@ -62,7 +62,7 @@ LLAMA_7B_LIKE = ModelConfig(
     vocab_size=32000, d_model=4096, n_heads=32, n_layers=32, max_seq_len=4096, d_ff=16512
 )
 DEPLOYMENTS = ("colocated", "chunked", "disaggregated")
-METRICS = ("ttft_s", "tpot_s", "e2e_s", "max_gap_s")
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "max_gap_s", "prefill_s", "transfer_s")
 PERCENTILES = (50, 90, 99)
 _H100 = costs.DATASHEETS["H100 SXM"]
 
@@ -85,8 +85,6 @@ def _check_range(name: str, value: Any) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- requests and traces
-
-
 @dataclass(frozen=True)
 class Request:
     """One request: its arrival time (seconds), prompt length and the number of tokens it generates
@@ -152,8 +150,6 @@ def check_requests(requests: Any, config: ModelConfig) -> list[Request]:
 
 
 # ---------------------------------------------------------------- the step-time model
-
-
 @dataclass(frozen=True)
 class StepModel:
     """Seconds of one step on one GPU: ``costs.roofline_time`` of the step's ``costs.Cost``.
@@ -185,14 +181,23 @@ class StepModel:
         affine = (weights, one.flops - key_flops, one.bytes - weights - key_bytes, key_flops, key_bytes)
         object.__setattr__(self, "_affine", tuple(float(x) for x in affine))
 
-    def step_cost(self, chunks: Sequence[tuple[int, int]] = (), contexts: Sequence[int] = ()) -> costs.Cost:
-        """The Cost of one step: each prefill chunk's and each sequence's decode, the weights once."""
-        parts = [costs.forward_cost(self.config, n, p, 1, self.dtype, all_logits=False) for n, p in chunks]
-        parts += [costs.decode_cost(self.config, c, 1, self.dtype) for c in contexts]
+    def step_cost(
+        self, chunks: Sequence[tuple[int, int]] = (), contexts: Sequence[int] = ()
+    ) -> costs.Cost:  # fmt: skip
+        """The Cost of one step: its prefill chunks' and decodes' Costs added up,
+        with the weights read once. The book shows this in "Serving at scale:
+        disaggregated prefill and what the engines do"."""
+        cfg, dtype = self.config, self.dtype
+        parts = [
+            costs.forward_cost(cfg, n_new, n_past, 1, dtype, all_logits=False)
+            for n_new, n_past in chunks
+        ]  # fmt: skip
+        parts += [costs.decode_cost(cfg, c, 1, dtype) for c in contexts]
         if not parts:
             return costs.Cost()
-        weights = costs.Cost(weight_bytes=parts[0].weight_bytes, lm_head_bytes=parts[0].lm_head_bytes)
-        return sum((replace(p, weight_bytes=0, lm_head_bytes=0) for p in parts), weights)
+        w, head = parts[0].weight_bytes, parts[0].lm_head_bytes  # read once
+        shared = [replace(p, weight_bytes=0, lm_head_bytes=0) for p in parts]
+        return sum(shared, costs.Cost(weight_bytes=w, lm_head_bytes=head))
 
     def step_s(self, chunks: Sequence[tuple[int, int]] = (), contexts: Sequence[int] = ()) -> float:
         """``costs.roofline_time(step_cost(chunks, contexts), peak_flops, bandwidth)``, from cached
@@ -281,8 +286,6 @@ class SimResult:
 
 
 # ---------------------------------------------------------------- the event loop and the GPUs
-
-
 @dataclass(eq=False)
 class _Live:
     """A request in flight."""
@@ -483,7 +486,6 @@ def simulate(
 
 
 # ---------------------------------------------------------------- sweeps and crossovers
-
 #: Arrival rates (requests/s) of the default sweep, from a light load to an overloaded prefill GPU.
 DEFAULT_RATES = (4.0, 8.0, 16.0, 32.0, 48.0, 64.0, 80.0, 96.0)
 
@@ -548,14 +550,15 @@ def find_crossover(
 
 
 # ---------------------------------------------------------------- the mechanisms, by system
-
-# Looked up on 2026-11-30 in the stored public sources: vLLM vllm/config/cache.py (002f10e),
-# scheduler.py (01230b4), attention.py (021ebc5), kv_transfer.py (007c643) and the docs "Attention
-# Backend Feature Support" (v0.25.0) and "Speculative Decoding"; SGLang
-# docs/advanced_features/server_arguments.md (004813e); TensorRT-LLM docs/source/features/
-# attention.md (30d2c50), disagg-serving.md (0434b98), speculative-decoding.md (04c8822), the
-# KvCacheConfig reference (1.4.0rc4) and the quantization page (1.3.0rc27). Names change between
-# releases: check the version you run.
+#: Where and when the names in SERVING_MECHANISMS were checked; they change between releases.
+MECHANISMS_CHECKED = (
+    "2026-11-30, in the public sources. vLLM: vllm/config/cache.py (002f10e), scheduler.py "
+    "(01230b4), attention.py (021ebc5), kv_transfer.py (007c643), the docs 'Attention Backend "
+    "Feature Support' (v0.25.0) and 'Speculative Decoding'. SGLang: docs/advanced_features/"
+    "server_arguments.md (004813e). TensorRT-LLM: docs/source/features/attention.md (30d2c50), "
+    "disagg-serving.md (0434b98), speculative-decoding.md (04c8822), the KvCacheConfig reference "
+    "(1.4.0rc4) and the quantization page (1.3.0rc27)."
+)
 _MECHANISMS = [  # (mechanism, vLLM, SGLang, TensorRT-LLM)
     ("continuous batching",
      "the V1 scheduler, per iteration; max_num_seqs (--max-num-seqs) caps the batch",

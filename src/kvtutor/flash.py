@@ -36,27 +36,12 @@ from .numpy_model import apply_mask, attention_scores, repeat_kv
 from .validate import check_int
 
 __all__ = [
-    "key_blocks",
-    "block_mask",
-    "online_softmax_step",
-    "online_softmax_attention",
-    "Partial",
-    "split_bounds",
-    "attend_split",
-    "combine_splits",
-    "split_kv_decode",
-    "online_softmax_step_torch",
-    "online_softmax_attention_torch",
-    "TorchPartial",
-    "attend_split_torch",
-    "combine_splits_torch",
-    "split_kv_decode_torch",
-    "plain_attention_torch",
-    "SDPA_BACKENDS",
-    "SDPABackend",
-    "sdpa_backend",
+    "key_blocks", "block_mask", "online_softmax_step", "online_softmax_attention", "Partial",
+    "split_bounds", "attend_split", "combine_splits", "split_kv_decode", "online_softmax_step_torch",
+    "online_softmax_attention_torch", "TorchPartial", "attend_split_torch", "combine_splits_torch",
+    "split_kv_decode_torch", "plain_attention_torch", "SDPA_BACKENDS", "SDPABackend", "sdpa_backend",
     "measure_decode_attention",
-]
+]  # fmt: skip
 
 
 # ---------------------------------------------------------------- argument checks
@@ -140,6 +125,9 @@ def online_softmax_step(
 
     Every exponent is <= 0, so nothing overflows. A row needs a visible key
     in the first block it sees (key 0 is visible to every query).
+
+    The book shows this in "Attention that streams the cache:
+    FlashAttention and FlashDecoding".
     """
     m_new_HT = np.maximum(m_HT, s_HTP.max(axis=-1))
     alpha_HT = np.exp(m_HT - m_new_HT)  # rescales what came before
@@ -155,9 +143,13 @@ def online_softmax_attention(
     v_HSK: np.ndarray,
     block_size: int,
     causal: bool = True,
+    trace: list[dict[str, Any]] | None = None,
 ) -> np.ndarray:
     """[H,T,K], [Hkv,S,K], [Hkv,S,K], P -> [H,T,K]: softmax attention, one
-    block of P keys at a time; the T x S scores never exist at once."""
+    block of P keys at a time; the T x S scores never exist at once.
+
+    ``trace``, if a list, receives a dict per block: lo, hi, its scores
+    s_HTP and the running m_HT, l_HT, acc_HTK after it."""
     q_HTK, k_HSK, v_HSK, group, n_keys = _inputs(
         q_HTK, k_HSK, v_HSK, "q_HTK", causal
     )  # fmt: skip
@@ -177,6 +169,9 @@ def online_softmax_attention(
         m_HT, l_HT, acc_HTK = online_softmax_step(
             m_HT, l_HT, acc_HTK, s_HTP, v_HPK
         )  # fmt: skip
+        if trace is not None:
+            trace.append({"lo": lo, "hi": hi, "s_HTP": s_HTP, "m_HT": m_HT,
+                          "l_HT": l_HT, "acc_HTK": acc_HTK})  # fmt: skip
     return acc_HTK / l_HT[..., None]
 
 
@@ -207,7 +202,11 @@ def attend_split(
     v_HPK: np.ndarray,
 ) -> Partial:
     """[H,T,K], [H,P,K], [H,P,K] -> Partial: attention over one split's P
-    keys, with the split's max and log-sum-exp for the merge."""
+    keys, with the split's max and log-sum-exp for the merge.
+
+    The book shows this in "Attention that streams the cache:
+    FlashAttention and FlashDecoding".
+    """
     s_HTP = attention_scores(q_HTK, k_HPK) / math.sqrt(q_HTK.shape[-1])
     m_HT = s_HTP.max(axis=-1)
     p_HTP = np.exp(s_HTP - m_HT[..., None])
@@ -218,7 +217,11 @@ def attend_split(
 
 def combine_splits(partials: Sequence[Partial]) -> Partial:
     """N Partials -> one Partial over all their keys, exactly: each output
-    weighs exp(lse - top), its share of the whole softmax's sum."""
+    weighs exp(lse - top), its share of the whole softmax's sum.
+
+    The book shows this in "Attention that streams the cache:
+    FlashAttention and FlashDecoding".
+    """
     o_NHTK = np.stack([p.o_HTK for p in partials])
     lse_NHT = np.stack([p.lse_HT for p in partials])
     top_HT = lse_NHT.max(axis=0)
@@ -349,14 +352,17 @@ def attend_split_torch(
     v_BHPK: Any,
 ) -> TorchPartial:
     """[B,H,T,K], [B,H,P,K], [B,H,P,K] -> TorchPartial: attend_split in
-    torch."""
+    torch. K and V are read in their own dtype (bf16 stays bf16, P is
+    rounded to it for P V, as in the real kernels); the scores, max, sum
+    and output are kept in at least float32."""
     import torch
 
-    s_BHTP = q_BHTK @ k_BHPK.transpose(-1, -2) / math.sqrt(q_BHTK.shape[-1])
+    dtype = q_BHTK.dtype if q_BHTK.dtype.itemsize >= 4 else torch.float32
+    s_BHTP = (q_BHTK @ k_BHPK.transpose(-1, -2)).to(dtype) / math.sqrt(q_BHTK.shape[-1])
     m_BHT = s_BHTP.amax(dim=-1)
     p_BHTP = torch.exp(s_BHTP - m_BHT[..., None])
     l_BHT = p_BHTP.sum(dim=-1)
-    o_BHTK = (p_BHTP @ v_BHPK) / l_BHT[..., None]
+    o_BHTK = (p_BHTP.to(v_BHPK.dtype) @ v_BHPK).to(dtype) / l_BHT[..., None]
     return TorchPartial(o_BHTK, m_BHT, m_BHT + torch.log(l_BHT))
 
 
@@ -388,14 +394,14 @@ def split_kv_decode_torch(
         q_BHK, k_BHSK, v_BHSK, "q_BHK"
     )  # fmt: skip
     n_splits = check_int("n_splits", n_splits, low=1, high=n_keys)
-    out_dtype, dtype = _dtypes(q_BH1K, k_BHSK, v_BHSK)
+    out_dtype = _dtypes(q_BH1K, k_BHSK, v_BHSK)[0]  # a copy only if mixed
     b, h, _, d_head = q_BH1K.shape
-    q_BHTK = _rows(q_BH1K, h // group).to(dtype)  # T = G rows
+    q_BHTK = _rows(q_BH1K, h // group).to(out_dtype)  # T = G rows
     partials = [
         attend_split_torch(
             q_BHTK,
-            k_BHSK[:, :, lo:hi].to(dtype),
-            v_BHSK[:, :, lo:hi].to(dtype),
+            k_BHSK[:, :, lo:hi].to(out_dtype),
+            v_BHSK[:, :, lo:hi].to(out_dtype),
         )
         for lo, hi in split_bounds(n_keys, n_splits)
     ]
@@ -429,8 +435,7 @@ SDPA_BACKENDS: dict[str, str] = {
 
 
 class SDPABackend(NamedTuple):
-    """Which kernel ran scaled_dot_product_attention: a name of
-    SDPA_BACKENDS and the aten op that the profiler saw."""
+    """Which kernel ran scaled_dot_product_attention: its SDPA_BACKENDS name, the profiler's op."""
 
     name: str
     op: str
@@ -535,38 +540,40 @@ def measure_decode_attention(
     device: str | None = None,
     min_run_time: float = 0.05,
     num_threads: int | None = None,
+    rounds: int = 3,
 ) -> list[dict[str, Any]]:
     """One decode step's attention (batch 1, one query) per context length:
     plain_attention_torch, PyTorch's SDPA and split_kv_decode_torch, each
     timed with time_fn and set against the read bandwidth of a GEMV (up to
-    128 MiB, measured before and after: the better of the two).
+    128 MiB, measured before and after each round: the best of them).
 
     Defaults: one layer of an 8B Llama (32 heads, 8 KV heads, K = 128). The
     caches are slices of one buffer, as in a preallocated cache; short ones
-    fit in the CPU's caches and may beat the ceiling. A row per context:
-    keys, kv_bytes (K and V read), plain_s, sdpa_s, split_kv_s (seconds),
-    plain, sdpa, split_kv (bytes per second / the ceiling),
+    fit in the CPU's caches and may beat the ceiling. The rounds interleave
+    every way and context, and each time is the median over the rounds. A
+    row per context: keys, kv_bytes (K and V read), plain_s, sdpa_s,
+    split_kv_s (seconds), plain, sdpa, split_kv (bytes per second / the
+    ceiling), plain_ops, sdpa_ops, split_kv_ops (``timing.count_ops``),
     ceiling_bytes_per_s and sdpa_backend (its name).
     """
     import torch
 
-    from .timing import gemv_probe, time_fn
+    from .timing import count_ops, gemv_probe, time_fn
     from .validate import default_device, torch_dtype
 
     if isinstance(contexts, str) or not contexts:
         raise ValueError(f"contexts: expected key counts, got {contexts!r}")
-    keys = {f"contexts[{i}]": s for i, s in enumerate(contexts)}
-    contexts = list(_sizes(**keys).values())
+    contexts = list(_sizes(**{f"contexts[{i}]": s for i, s in enumerate(contexts)}).values())
     n = _sizes(n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head)
     n_splits = check_int("n_splits", n_splits, 1, min(contexts))
+    rounds = check_int("rounds", rounds, low=1)
     if not min_run_time > 0:
         raise ValueError(f"min_run_time: expected > 0 s, got {min_run_time}")
     device = device or default_device()
     like = {"dtype": torch_dtype(dtype), "device": device}
     q_BHK = torch.randn(1, n["n_heads"], n["d_head"], **like)
     shape = (1, n["n_kv_heads"], max(contexts), n["d_head"])
-    k_BHMK = torch.empty(shape, **like).uniform_(-1, 1)
-    v_BHMK = torch.empty(shape, **like).uniform_(-1, 1)
+    k_BHMK, v_BHMK = (torch.empty(shape, **like).uniform_(-1, 1) for _ in "kv")
     # the ceiling: a float32 GEMV matrix as large as K and V together,
     # from 4 MiB to 128 MiB (past the last-level cache of a CPU or GPU)
     side = math.isqrt(min(2 * k_BHMK.nbytes, 128 << 20) // 4) // 256 * 256
@@ -575,20 +582,19 @@ def measure_decode_attention(
     repeats = {"warmup": 1, "min_repeats": 3}  # seconds, for a notebook
     ceilings = [probe(**timing)["bytes_per_s"]]
     backend = sdpa_backend(1, max(contexts), dtype=dtype, device=device, **n)
+    ways = [_decode_ways(q_BHK, k_BHMK[:, :, :s], v_BHMK[:, :, :s], n_splits) for s in contexts]
+    times: list[dict[str, list[float]]] = [{way: [] for way in fns} for fns in ways]
+    for _ in range(rounds):  # a change in the machine's load hits every way
+        for fns, samples in zip(ways, times, strict=True):
+            for way, fn in fns.items():
+                samples[way].append(time_fn(fn, device, **timing, **repeats).median_s)
+        ceilings.append(probe(**timing)["bytes_per_s"])
     rows = []
-    for n_keys in contexts:
-        k_BHSK, v_BHSK = k_BHMK[:, :, :n_keys], v_BHMK[:, :, :n_keys]
-        row = {"keys": n_keys, "kv_bytes": k_BHSK.nbytes + v_BHSK.nbytes}
-        ways = _decode_ways(q_BHK, k_BHSK, v_BHSK, n_splits)
-        for way, fn in ways.items():
-            m = time_fn(fn, device, **timing, **repeats)
-            row[f"{way}_s"] = m.median_s
-        rows.append(row)
-    ceilings.append(probe(**timing)["bytes_per_s"])
-    for row in rows:
-        for way in ways:
-            bytes_per_s = row["kv_bytes"] / row[f"{way}_s"]
-            row[way] = bytes_per_s / max(ceilings)
-        row["ceiling_bytes_per_s"] = max(ceilings)
-        row["sdpa_backend"] = backend.name
+    for n_keys, fns, samples in zip(contexts, ways, times, strict=True):
+        row: dict[str, Any] = {"keys": n_keys, "kv_bytes": 2 * k_BHMK[:, :, :n_keys].nbytes}
+        for way, fn in fns.items():
+            row[f"{way}_s"] = float(np.median(samples[way]))
+            row[way] = row["kv_bytes"] / row[f"{way}_s"] / max(ceilings)
+            row[f"{way}_ops"] = sum(count_ops(fn).values())
+        rows.append(row | {"ceiling_bytes_per_s": max(ceilings), "sdpa_backend": backend.name})
     return rows

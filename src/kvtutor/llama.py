@@ -394,7 +394,7 @@ def attention(
         # one memory layout for every cache kind: the same summation path
         k_HSK = np.ascontiguousarray(k_HSK)
         v_HSK = np.ascontiguousarray(v_HSK)
-    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace)
+    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, cache)
     out_TD = merge_heads(o_HTK) @ layer.w_o
     if trace is not None:
         trace.update(

@@ -1,18 +1,104 @@
-"""``ModelSpec``: the sizes of a real model that decide its KV-cache and weight memory, and the
-counts derived from them (numbers cached per token, weights, active weights).
+"""What decides a KV cache's memory: ``ModelSpec``, the sizes of a real model, with the counts
+derived from them (numbers cached per token, tokens kept per layer, weights, active weights), and
+``KVQuant``, the number format the cache stores them in and the scales that format needs.
 
-``kvtutor.hf_config`` reads a Hugging Face ``config.json`` into one; ``kvtutor.memory`` turns one
-into bytes.
+``kvtutor.hf_config`` reads a Hugging Face ``config.json`` into a ``ModelSpec``;
+``kvtutor.memory`` turns both into bytes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from .config import ModelConfig
-from .validate import check_int
+from .quant_cache import DEFAULT_GROUP_SIZE
+from .validate import check_int, dtype_info
 
-__all__ = ["ModelSpec"]
+__all__ = ["ModelSpec", "KVQuant", "KEY_SCALES"]
+
+#: int8/int4 keys: one scale per KV head and token, or per KV head and channel over a token group
+KEY_SCALES = ("per_token", "per_channel")
+
+
+def _dtype_name(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: expected a dtype name such as 'bf16', got {value!r}")
+    return dtype_info(value, name).name
+
+
+@dataclass(frozen=True)
+class KVQuant:
+    """How a KV cache stores its numbers, and what its scales cost: the calculator's assumption.
+
+    * float formats (``bf16``, ``fp16``, ``fp32``): the numbers alone.
+    * ``fp8`` (e4m3, e5m2): the numbers, plus one fp32 scale per layer for K and one for V (one
+      for MLA's row), calibrated once and shared by every sequence (per tensor): a few hundred
+      bytes for the whole cache.
+    * ``int8``, ``int4``: symmetric quantization with ``scale_dtype`` scales. Values get one scale
+      per KV head and token; so do keys (``key_scales="per_token"``), or, with ``"per_channel"``
+      (KIVI's choice, and ``kvtutor.quant_cache``'s), one per KV head and channel for each group of
+      ``group_size`` tokens, the keys of the unfilled last group kept in ``float_dtype``. Latent
+      attention (MLA) caches one row per token and layer, with one scale per row.
+
+    Names are stored lower-case; ``key_scales`` takes ``per-token`` / ``per-channel`` too.
+    """
+
+    dtype: str = "bf16"
+    key_scales: str = "per_token"
+    group_size: int = DEFAULT_GROUP_SIZE
+    scale_dtype: str = "fp16"
+    float_dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        _dtype_name(self.dtype, "dtype")
+        for name in ("scale_dtype", "float_dtype"):
+            value = getattr(self, name)
+            if _dtype_name(value, name) not in ("float16", "bfloat16", "float32", "float64"):
+                raise ValueError(f"{name}: expected a float format (fp16, bf16, fp32), got {value!r}")
+            object.__setattr__(self, name, value.lower())
+        key_scales = self.key_scales.replace("-", "_") if isinstance(self.key_scales, str) else None
+        if key_scales not in KEY_SCALES:
+            raise ValueError(f"key_scales: expected one of {list(KEY_SCALES)}, got {self.key_scales!r}")
+        object.__setattr__(self, "group_size", check_int("group_size", self.group_size, 1))
+        object.__setattr__(self, "dtype", self.dtype.lower())
+        object.__setattr__(self, "key_scales", key_scales)
+        if key_scales == "per_channel" and self.kind != "int":
+            raise ValueError(
+                f"key_scales: 'per_channel' applies to int8 and int4 caches, got dtype {self.dtype!r}"
+            )
+
+    @property
+    def kind(self) -> str:
+        """'int' (scales per token or per channel), 'fp8' (per-tensor scales) or 'float' (none)."""
+        name = dtype_info(self.dtype).name
+        return "int" if name.startswith("int") else "fp8" if name.startswith("float8") else "float"
+
+    @property
+    def bits(self) -> tuple[int, int, int]:
+        """Bits of one stored number, one scale and one float (residual) number."""
+        return tuple(dtype_info(d).bits for d in (self.dtype, self.scale_dtype, self.float_dtype))
+
+    def layer_bits(self, spec: ModelSpec, n: int | Fraction) -> list[Fraction]:
+        """[payload, scales, residual] bits that n tokens of one layer of ``spec`` take in this
+        format; a Fraction n spreads per-channel key scales over their group (the cost per token)."""
+        rows, k_width, v_width = spec.n_kv_heads, spec.d_head, spec.d_value
+        if spec.kv_lora_rank:  # one row of latent + rotary key, no separate keys
+            if self.key_scales == "per_channel":
+                raise ValueError(
+                    "key_scales: 'per_channel' needs separate keys; latent attention (MLA) caches "
+                    f"one row per token and layer in {spec.name}: use 'per_token'"
+                )
+            rows, k_width, v_width = 1, 0, spec.kv_numbers_per_layer
+        n_q, key_scales = n, Fraction(n)  # keys stored quantized; key scales per row
+        if self.kind == "int" and self.key_scales == "per_channel":
+            n_q = n if isinstance(n, Fraction) else n // self.group_size * self.group_size
+            key_scales = Fraction(n_q, self.group_size) * k_width
+        bits, scale_bits, float_bits = self.bits
+        payload = rows * (n * v_width + n_q * k_width) * bits
+        residual = rows * (n - n_q) * k_width * float_bits
+        scales = rows * (n + (key_scales if k_width else 0)) * scale_bits if self.kind == "int" else 0
+        return [Fraction(payload), Fraction(scales), Fraction(residual)]
 
 
 @dataclass(frozen=True)
@@ -154,6 +240,32 @@ class ModelSpec:
         seq_len = check_int("seq_len", seq_len, 1)
         windowed = min(seq_len, self.sliding_window) if self.sliding_window else seq_len
         return self.n_full_layers * seq_len + self.n_sliding_layers * windowed
+
+    def without_window(self) -> ModelSpec:
+        """The same model with every layer keeping the whole context (its sliding window removed)."""
+        return replace(self, sliding_window=None, n_sliding_layers=0)
+
+    def layer_tokens(self, seq_len: int, window: int | None = None, sinks: int = 0) -> list[tuple[int, int]]:
+        """(layers, tokens each keeps) for a sequence of seq_len tokens, one pair per kind of layer.
+
+        Without ``window`` this is the model's own rule (``cached_tokens`` is the sum). A given
+        ``window`` imposes a what-if on every layer: keep ``window`` tokens, the first ``sinks`` of
+        the sequence (attention sinks, as StreamingLLM counts them: inside the window) and the last
+        window - sinks, so min(seq_len, window); a layer whose own window is shorter keeps to its own.
+        """
+        seq_len = check_int("seq_len", seq_len, 1)
+        sinks = check_int("sinks", sinks, 0)
+        if window is None:
+            if sinks:
+                raise ValueError(f"sinks: expected 0 without a window, got {sinks}")
+            cap = seq_len
+        else:
+            window = check_int("window", window, 1)
+            check_int("sinks", sinks, 0, window - 1)  # at least one recent token besides the sinks
+            cap = min(seq_len, window)
+        own = min(cap, self.sliding_window) if self.sliding_window else cap
+        pairs = [(self.n_full_layers, cap), (self.n_sliding_layers, own)]
+        return [(layers, tokens) for layers, tokens in pairs if layers]
 
     @property
     def is_moe(self) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import ConcatKVCache, KVCache, PreallocatedKVCache, check_cache, make_cache
+from .cache import ConcatKVCache, KVCache, PreallocatedKVCache, cache_mask, check_cache, make_cache
 from .config import ModelConfig
 from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
 from .validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
@@ -216,21 +216,26 @@ def attention_core(
     k_HSK: np.ndarray,
     v_HSK: np.ndarray,
     trace: dict[str, np.ndarray] | None = None,
+    cache: KVCache | None = None,
 ) -> np.ndarray:
     """[H,T,K], [Hkv,S,K], [Hkv,S,K] -> [H,T,K]: each of the T new queries
     attends to the keys up to its own position (the last T of the S).
 
     Scores, causal mask, softmax, weighted sum of values; each of the Hkv
     key/value heads serves H/Hkv query heads. GPT-2 and Llama share it.
+    A cache with a ``mask`` method (a sliding window) chooses the mask.
 
-    The book shows this in "Sharing keys and values: MHA, GQA and MQA" and
-    "Prefill, step by step".
+    The book shows this in "Sharing keys and values: MHA, GQA and MQA",
+    "Prefill, step by step" and "Smaller caches: windows, sinks and int8".
     """
     n_heads, n_new, d_head = q_HTK.shape
     group_size, n_keys = n_heads // k_HSK.shape[0], k_HSK.shape[1]
     scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, group_size))
-    # one query row (decode) needs no mask: it may see every key
-    mask_TS = causal_mask(n_new, n_keys) if n_new > 1 else None
+    # the cache's own mask (a window's band), if it has one; else causal,
+    # and one query row (decode) needs no mask: it may see every key
+    mask_TS = cache_mask(cache, n_new, n_keys)
+    if mask_TS is None and n_new > 1:
+        mask_TS = causal_mask(n_new, n_keys)
     a_HTS = attention_weights(scores_HTS, d_head, mask_TS)
     if trace is not None:
         trace.update(scores_HTS=scores_HTS, a_HTS=a_HTS)
@@ -239,6 +244,7 @@ def attention_core(
 
 #: A replacement for ``attention_core`` (the book's wrong variants):
 #: (layer index, q [H,T,K], k [Hkv,S,K], v [Hkv,S,K]) -> o [H,T,K].
+#: It is handed no cache, so it never sees a cache's own mask (a window's).
 AttentionCore = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -274,7 +280,7 @@ def attention(
     if trace is not None:
         trace.update(q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy())
     if core is None:
-        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace)
+        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, cache)
     else:  # a variant of the core (the book's wrong ones)
         o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
     out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)

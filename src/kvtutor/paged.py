@@ -14,7 +14,9 @@ prompt is stored once); the first write into a shared block copies it (copy-on-w
 here: N blocks in the pool and P token positions per block, e.g. the pool's keys ``k_LNHPK``.
 
 ``kvtutor.paged_trace`` replays a trace of requests through these blocks, or through contiguous
-buffers, and records memory reserved and used.
+buffers, and records memory reserved and used. ``kvtutor.prefix_cache`` builds automatic prefix
+caching on these classes: full blocks named by a hash of their tokens, kept after their sequences
+finish and found again by later prompts.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "PagedKVPool",
     "PagedKVCache",
     "BlockUsage",
+    "block_owners",
 ]
 
 
@@ -89,6 +92,19 @@ class BlockAllocator:
                 "block: expected an allocated block, "
                 f"got free block {block}"
             )  # fmt: skip
+
+
+def block_owners(seqs: Any) -> tuple[dict[int, int], dict[int, int]]:
+    """For sequences of one pool: the index (in ``seqs``) of the first that holds each block, and
+    how many of each block's positions hold data (the most any holder has written)."""
+    owner: dict[int, int] = {}
+    filled: dict[int, int] = {}
+    for i, seq in enumerate(seqs):
+        p = seq.block_size
+        for j, block in enumerate(seq.block_table):
+            owner.setdefault(block, i)
+            filled[block] = max(filled.get(block, 0), min(p, max(0, len(seq) - j * p)))
+    return owner, filled
 
 
 @dataclass(frozen=True)
@@ -180,7 +196,7 @@ class PagedKVPool:
     def fork(self, seq: PagedKVCache) -> PagedKVCache:
         """A new sequence that shares every block of ``seq`` (prefix sharing, copy-on-write)."""
         self._check_live(seq, "seq")
-        child = PagedKVCache(self, seq.capacity)
+        child = type(seq)(self, seq.capacity)  # a subclass's sequences fork into their own kind
         child.block_table = seq.block_table[: seq.n_blocks_needed(len(seq))]
         for block in child.block_table:
             self.allocator.retain(block)
@@ -191,11 +207,7 @@ class PagedKVPool:
 
     def usage(self) -> BlockUsage:
         """Blocks in use, shared blocks, and the token positions that actually hold data."""
-        filled: dict[int, int] = {}
-        for seq in self.sequences:
-            for j, block in enumerate(seq.block_table):
-                rows = min(self.block_size, max(0, len(seq) - j * self.block_size))
-                filled[block] = max(filled.get(block, 0), rows)
+        _, filled = block_owners(self.sequences)
         shared = sum(1 for r in self.allocator.refcount if r > 1)
         return BlockUsage(
             n_blocks=self.n_blocks, blocks_used=self.allocator.n_used, blocks_free=self.allocator.n_free,

@@ -1,9 +1,11 @@
 """A request trace replayed through a paged KV cache or through contiguous buffers.
 
-``random_trace`` draws requests with Poisson arrivals and long-tailed lengths. ``simulate_trace``
-serves them step by step, either reserving ``max_seq_len`` positions per request up front
-(``"contiguous"``) or taking blocks from a ``kvtutor.paged.BlockAllocator`` as sequences grow
-(``"paged"``), and records the memory reserved and the memory used at every step. With a model
+``random_trace`` draws requests with Poisson arrivals and long-tailed lengths;
+``shared_prefix_trace`` draws requests whose prompts begin with one of a few system prompts.
+``simulate_trace`` serves them step by step, either reserving ``max_seq_len`` positions per request
+up front (``"contiguous"``) or taking blocks from a ``kvtutor.paged.BlockAllocator`` as sequences
+grow (``"paged"``), optionally with prefix caching (``kvtutor.prefix_cache``), and records the
+memory reserved and used at every step and the prompt tokens each prefill computed. With a model
 the replay is real: ``PagedKVCache`` sequences (or preallocated caches) and greedy decoding.
 """
 
@@ -17,18 +19,23 @@ from typing import Any
 import numpy as np
 
 from .paged import BlockAllocator, PagedKVPool
+from .prefix_cache import PrefixCachingAllocator, PrefixCachingPool, block_hashes
 from .validate import check_int
 
-__all__ = ["Request", "random_trace", "TraceResult", "simulate_trace"]
+__all__ = ["Request", "random_trace", "shared_prefix_trace", "TraceResult", "simulate_trace"]
 
 
 @dataclass(frozen=True)
 class Request:
-    """One request of a trace: it arrives at a step, brings a prompt and wants output_len tokens."""
+    """One request of a trace: it arrives at a step, brings a prompt and wants output_len tokens.
+
+    ``prompt_ids``, if given, are the prompt's token ids (``prompt_len`` of them); without them a
+    replay draws random ones, which no other request shares."""
 
     arrival: int
     prompt_len: int
     output_len: int
+    prompt_ids: tuple[int, ...] = field(default=(), repr=False)
 
 
 def random_trace(
@@ -52,9 +59,61 @@ def random_trace(
     return trace
 
 
+def shared_prefix_trace(
+    n_requests: int,
+    max_seq_len: int,
+    vocab_size: int,
+    n_prefixes: int = 4,
+    prefix_len: int = 64,
+    seed: int = 0,
+    mean_gap: float = 1.0,
+    mean_suffix: float = 32.0,
+    mean_output: float = 32.0,
+) -> list[Request]:
+    """Requests whose prompts are one of ``n_prefixes`` system prompts of ``prefix_len`` tokens
+    followed by the user's own tokens.
+
+    System prompt k is chosen with probability proportional to 1 / (k + 1) (a few popular ones, a
+    tail of rarer ones); user parts and outputs have geometric lengths (means ``mean_suffix`` and
+    ``mean_output``, at least 1), clipped so that prompt + output <= max_seq_len. Arrivals are
+    Poisson with ``mean_gap`` steps between requests. Token ids are random in [0, vocab_size).
+    """
+    check_int("n_requests", n_requests, 1)
+    check_int("n_prefixes", n_prefixes, 1)
+    check_int("vocab_size", vocab_size, 1)
+    check_int("max_seq_len", max_seq_len, 3)
+    check_int("prefix_len", prefix_len, 1, max_seq_len - 2)
+    for name, value in (("mean_gap", mean_gap), ("mean_suffix", mean_suffix), ("mean_output", mean_output)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+        if not (value >= (0 if name == "mean_gap" else 1) and math.isfinite(value)):
+            raise ValueError(
+                f"{name}: expected a finite number >= {0 if name == 'mean_gap' else 1}, got {value}"
+            )
+    rng = np.random.default_rng(seed)
+    prefixes = [tuple(rng.integers(0, vocab_size, prefix_len).tolist()) for _ in range(n_prefixes)]
+    weights = 1.0 / np.arange(1, n_prefixes + 1)
+    trace, t = [], 0.0
+    for _ in range(n_requests):
+        t += rng.exponential(mean_gap) if mean_gap else 0.0
+        prefix = prefixes[int(rng.choice(n_prefixes, p=weights / weights.sum()))]
+        n_suffix = int(min(rng.geometric(1 / mean_suffix), max_seq_len - 1 - prefix_len))
+        prompt = prefix + tuple(rng.integers(0, vocab_size, n_suffix).tolist())
+        output = int(min(rng.geometric(1 / mean_output), max_seq_len - len(prompt)))
+        trace.append(Request(int(t), len(prompt), output, prompt))
+    return trace
+
+
 @dataclass
 class TraceResult:
-    """What a replay of a trace measured, step by step and in total. Memory is in token positions."""
+    """What a replay of a trace measured, step by step and in total. Memory is in token positions.
+
+    Prefills: ``prompt_tokens`` positions were prefilled in all (recomputations after preemption
+    included), ``cached_tokens`` of them came from the prefix cache. Request i's first prefill,
+    the one before its first token, computed ``first_prefill_tokens[i]`` positions and took
+    ``first_cached_tokens[i]`` from the cache. With a model, ``outputs[i]`` are request i's
+    generated tokens.
+    """
 
     scheme: str
     capacity_tokens: int
@@ -65,6 +124,30 @@ class TraceResult:
     running: list[int] = field(default_factory=list)
     reserved: list[int] = field(default_factory=list)
     used: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    evictions: int = 0
+    first_prefill_tokens: list[int] = field(default_factory=list)
+    first_cached_tokens: list[int] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt positions the model computed (not taken from the cache)."""
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def hit_rate(self) -> float:
+        """Prefilled positions taken from the cache, as a fraction of all prefilled positions."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def first_hit_rate(self) -> float:
+        """The prompt positions of first prefills taken from the cache, as a fraction of them all
+        (recomputations after preemption left out)."""
+        cached = sum(self.first_cached_tokens)
+        total = cached + sum(self.first_prefill_tokens)
+        return cached / total if total else 0.0
 
     @property
     def waste_fraction(self) -> float:
@@ -106,6 +189,7 @@ def simulate_trace(
     model: Any = None,
     seed: int = 0,
     max_steps: int = 100_000,
+    prefix_caching: bool = False,
 ) -> TraceResult:
     """Replay ``trace`` on a memory of capacity_tokens token positions; record reserved vs used.
 
@@ -116,12 +200,24 @@ def simulate_trace(
     Admission is first come, first served. Each step every running request produces one token;
     a new request's prefill produces its first.
 
-    With ``model`` (a NumpyModel) the replay is real: every request gets random prompt tokens, a
-    ``PagedKVCache`` (or a ``PreallocatedKVCache`` for ``"contiguous"``) and greedy decoding, and
-    reserved and used positions are read off the caches and the pool.
+    ``prefix_caching`` (paged only) names the full blocks of every prompt by their hash chain
+    (``kvtutor.prefix_cache``): a prefill starts on the cached blocks of its prompt, finished
+    requests' blocks stay cached until a new block is needed and the free list is empty, and
+    they are evicted least recently used first, before any request is preempted.
+
+    With ``model`` (a NumpyModel) the replay is real: every request gets its ``prompt_ids`` (or
+    random ones), a ``PagedKVCache`` (a ``PrefixCachedSequence`` with prefix caching, a
+    ``PreallocatedKVCache`` for ``"contiguous"``) and greedy decoding, and reserved and used
+    positions are read off the caches and the pool.
     """
     if scheme not in ("contiguous", "paged"):
         raise ValueError(f"scheme: expected 'contiguous' or 'paged', got {scheme!r}")
+    if not isinstance(prefix_caching, bool):
+        raise TypeError(f"prefix_caching: expected a bool, got {type(prefix_caching).__name__}")
+    if prefix_caching and scheme != "paged":
+        raise ValueError(
+            f"prefix_caching: expected False with scheme {scheme!r} (only paged blocks are cached), got True"
+        )
     check_int("max_seq_len", max_seq_len, 1)
     check_int("block_size", block_size, 1)
     check_int("capacity_tokens", capacity_tokens, 1)
@@ -131,30 +227,32 @@ def simulate_trace(
             f"capacity_tokens: expected room for one sequence of max_seq_len={max_seq_len} "
             f"in blocks of {block_size}, got {capacity_tokens}"
         )
-    if not isinstance(trace, (list, tuple)) or not all(isinstance(r, Request) for r in trace):
-        raise TypeError("trace: expected a list of Request")
-    for i, r in enumerate(trace):
-        if (
-            r.arrival < 0
-            or r.prompt_len < 1
-            or r.output_len < 1
-            or r.prompt_len + r.output_len > max_seq_len + 1
-        ):
-            raise ValueError(f"trace: request {i} {r} does not fit max_seq_len={max_seq_len}")
+    _check_trace(trace, max_seq_len, model)
     if model is not None and model.config.max_seq_len < max_seq_len:
         raise ValueError(f"model: expected max_seq_len >= {max_seq_len}, got {model.config.max_seq_len}")
+    paged_type = PrefixCachingPool if prefix_caching else PagedKVPool
     pool = (
-        PagedKVPool.for_model(model, n_blocks, block_size)
-        if model is not None and scheme == "paged"
-        else None
+        paged_type.for_model(model, n_blocks, block_size) if model is not None and scheme == "paged" else None
     )
-    allocator = pool.allocator if pool is not None else BlockAllocator(n_blocks)
+    if pool is not None:
+        allocator = pool.allocator
+    else:
+        allocator = PrefixCachingAllocator(n_blocks) if prefix_caching else BlockAllocator(n_blocks)
     rng = np.random.default_rng(seed)
     prompts = [
-        rng.integers(0, model.config.vocab_size, r.prompt_len).tolist() if model else [] for r in trace
-    ]
+        list(r.prompt_ids) if r.prompt_ids
+        else rng.integers(0, model.config.vocab_size, r.prompt_len).tolist() if model
+        else []
+        for r in trace
+    ]  # fmt: skip
+    # a look-up stops one token short of the prompt's end; every full prompt block gets a name
+    lookups = [block_hashes(p[:-1], block_size) if prefix_caching else [] for p in prompts]
+    names = [block_hashes(p, block_size) if prefix_caching else [] for p in prompts]
 
     result = TraceResult(scheme, capacity_tokens)
+    result.first_prefill_tokens = [0] * len(trace)
+    result.first_cached_tokens = [0] * len(trace)
+    result.outputs = [[] for _ in trace] if model is not None else []
     pending = deque(sorted(range(len(trace)), key=lambda i: (trace[i].arrival, i)))
     waiting: deque[_Live] = deque()
     running: list[_Live] = []
@@ -163,23 +261,44 @@ def simulate_trace(
     def fits(live: _Live) -> bool:
         if scheme == "contiguous":
             return capacity_tokens - reserved_slots >= max_seq_len
-        return allocator.n_free >= math.ceil(live.length / block_size)
+        need = math.ceil(live.length / block_size)
+        if prefix_caching:
+            need = allocator.blocks_consumed(lookups[live.index], need)
+        return allocator.n_free >= need
 
     def start(live: _Live) -> None:
         """Prefill the prompt, plus the tokens generated before a preemption."""
         nonlocal reserved_slots
+        cached = 0
         if scheme == "contiguous":
             reserved_slots += max_seq_len
             if model is not None:
                 live.cache = model.new_cache(kind="preallocated", capacity=max_seq_len)
+        elif model is not None and prefix_caching:
+            live.cache = pool.new_sequence(capacity=max_seq_len, token_ids=prompts[live.index])
+            cached = len(live.cache)
         elif model is not None:
             live.cache = pool.new_sequence(capacity=max_seq_len)
         else:
-            live.blocks = [allocator.allocate() for _ in range(math.ceil(live.length / block_size))]
+            hits = []
+            if prefix_caching:
+                hits = allocator.match(lookups[live.index])
+                allocator.take(hits)
+            n_new = math.ceil(live.length / block_size) - len(hits)
+            live.blocks = hits + [allocator.allocate() for _ in range(n_new)]
+            for j in range(len(hits), len(names[live.index])):
+                allocator.register(live.blocks[j], names[live.index][j])
+            cached = len(hits) * block_size
         if model is not None:
-            logits_V = model.prefill(prompts[live.index] + live.tokens[:-1], live.cache)[-1]
+            ids = prompts[live.index] + live.tokens[:-1]
+            logits_V = model.prefill(ids[cached:], live.cache)[-1]
             if not live.tokens:
                 live.tokens.append(int(np.argmax(logits_V)))
+        result.prompt_tokens += live.length
+        result.cached_tokens += cached
+        if live.generated == 0:
+            result.first_prefill_tokens[live.index] = live.length - cached
+            result.first_cached_tokens[live.index] = cached
         live.generated = max(live.generated, 1)
 
     def stop(live: _Live) -> None:
@@ -188,7 +307,8 @@ def simulate_trace(
             reserved_slots -= max_seq_len
         elif model is not None:
             live.cache.free()
-        for block in live.blocks:
+        # with prefix caching, the last block first (as PrefixCachedSequence.free does)
+        for block in reversed(live.blocks) if prefix_caching else live.blocks:
             allocator.release(block)
         live.blocks, live.cache = [], None
 
@@ -241,9 +361,35 @@ def simulate_trace(
             running.remove(live)
             stop(live)
             result.finished += 1
+            if model is not None:
+                result.outputs[live.index] = live.tokens
         step += 1
     result.steps = step
+    result.evictions = allocator.evictions if prefix_caching else 0
     return result
+
+
+def _check_trace(trace: Any, max_seq_len: int, model: Any) -> None:
+    if not isinstance(trace, (list, tuple)) or not all(isinstance(r, Request) for r in trace):
+        raise TypeError("trace: expected a list of Request")
+    for i, r in enumerate(trace):
+        if (
+            r.arrival < 0
+            or r.prompt_len < 1
+            or r.output_len < 1
+            or r.prompt_len + r.output_len > max_seq_len + 1
+        ):
+            raise ValueError(f"trace: request {i} {r} does not fit max_seq_len={max_seq_len}")
+        if r.prompt_ids and len(r.prompt_ids) != r.prompt_len:
+            raise ValueError(
+                f"trace: request {i} expected {r.prompt_len} prompt_ids (its prompt_len), "
+                f"got {len(r.prompt_ids)}"
+            )
+        if r.prompt_ids and model is not None and max(r.prompt_ids) >= model.config.vocab_size:
+            raise ValueError(
+                f"trace: request {i} expected prompt_ids below the model's vocab_size "
+                f"{model.config.vocab_size}, got {max(r.prompt_ids)}"
+            )
 
 
 def _token_bytes(model: Any) -> int:

@@ -481,3 +481,20 @@ class TorchConcatKVCache(TorchKVCache):
         v_past = self._v[layer][:, :, :start]
         self._v[layer] = torch.cat([v_past, v_new_BHTK], dim=2)
         return self._k[layer], self._v[layer]
+
+
+def check_active(active: Any, cache: TorchKVCache) -> np.ndarray | None:
+    """An ``active`` row mask for ``decode_step`` -> a bool array [B], or None when every row is
+    active; a TypeError/ValueError naming ``active`` otherwise."""
+    if active is None:
+        return None
+    if isinstance(active, torch.Tensor):
+        active = active.detach().cpu().numpy()
+    active = np.asarray(active)
+    if active.dtype != bool:
+        raise TypeError(f"active: expected a bool mask, got dtype {active.dtype}")
+    if active.shape != (cache.batch_size,):
+        raise ValueError(f"active: expected shape [{cache.batch_size}], got {list(active.shape)}")
+    if not active.any():
+        raise ValueError("active: expected at least one active row, got none")
+    return None if active.all() else active

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from .config import ModelConfig
 from .torch_cache import Plan, TorchKVCache, causal_mask, host_empty, ragged_causal_mask
-from .validate import check_temperature
+from .validate import check_temperature, default_device, torch_dtype
 
 __all__ = [
     "embed",
@@ -273,3 +274,26 @@ class TorchLayerWeights:
     b_fc: torch.Tensor
     w_proj: torch.Tensor
     b_proj: torch.Tensor
+
+
+# ---------------------------------------------------------------- device and dtype of a torch model
+
+
+def resolve_device_dtype(device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
+    """A device (default: CUDA when present) and a floating dtype (default: bf16 on CUDA, else
+    float32; a torch dtype or a name such as ``"bf16"``), or an error naming the argument."""
+    try:
+        device = torch.device(default_device() if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda', got {device!r}") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: expected an available device, got {device} but CUDA is not available")
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    elif isinstance(dtype, str):  # a name from validate.DTYPES: "float32", "bf16", ...
+        dtype = torch_dtype(dtype)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"dtype: expected a floating torch.dtype such as torch.float32 (or its name), got {dtype!r}"
+        )
+    return device, dtype

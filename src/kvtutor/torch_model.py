@@ -28,7 +28,7 @@ from .gpt2_weights import (
     weights_from_state_dict,
 )
 from .text import TEXT_WIDTH, wrap_call
-from .torch_cache import Plan, TorchConcatKVCache, TorchKVCache, TorchPreallocatedKVCache
+from .torch_cache import Plan, TorchConcatKVCache, TorchKVCache, TorchPreallocatedKVCache, check_active
 from .torch_engine import (
     DecodeWeights,
     WeightArena,
@@ -38,34 +38,14 @@ from .torch_engine import (
     decode_fast,
     token_ids,
 )
-from .torch_mirror import TorchLayerWeights, block, embed, layer_norm, lm_head
-from .validate import check_int, check_max_new_tokens, default_device, torch_dtype
+from .torch_mirror import TorchLayerWeights, block, embed, layer_norm, lm_head, resolve_device_dtype
+from .validate import check_int, check_max_new_tokens
 
 __all__ = ["TorchModel"]
 
 _VOCAB_MULTIPLE = {"cuda": 64}  # LM head rows padded to a multiple of this, per device type
 _CACHE_CLASSES = {"preallocated": TorchPreallocatedKVCache, "concat": TorchConcatKVCache}
 assert tuple(_CACHE_CLASSES) == CACHE_KINDS  # the same kind names as the NumPy model's
-
-
-def _resolve(device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
-    """A device (default: CUDA when present) and a floating dtype (default: bf16 on CUDA, else
-    float32; a torch dtype or a name such as ``"bf16"``), or an error naming the argument."""
-    try:
-        device = torch.device(default_device() if device is None else device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda', got {device!r}") from err
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: expected an available device, got {device} but CUDA is not available")
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    elif isinstance(dtype, str):  # a name from validate.DTYPES: "float32", "bf16", ...
-        dtype = torch_dtype(dtype)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(
-            f"dtype: expected a floating torch.dtype such as torch.float32 (or its name), got {dtype!r}"
-        )
-    return device, dtype
 
 
 class TorchModel:
@@ -87,7 +67,7 @@ class TorchModel:
         self, config: ModelConfig, weights: GPT2Weights, device: Any = None, dtype: torch.dtype | None = None
     ) -> None:
         self.config = config
-        self.device, self.dtype = _resolve(device, dtype)
+        self.device, self.dtype = resolve_device_dtype(device, dtype)
 
         n_vocab, width = weights.wte_VD.shape
         n_pad = -n_vocab % _VOCAB_MULTIPLE.get(self.device.type, 1)  # LM head rows added (zeros)
@@ -178,7 +158,7 @@ class TorchModel:
         same numbers): for shapes too large to draw in NumPy on the host (a 6.7B model in seconds)."""
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
-        device, dtype = _resolve(device, dtype)
+        device, dtype = resolve_device_dtype(device, dtype)
         gen = torch.Generator(device=device).manual_seed(check_int("seed", seed))
         d, kv = config.d_model, config.n_kv_heads * config.d_head
 
@@ -223,7 +203,7 @@ class TorchModel:
 
         Weights are checked as they load (finite, floating, every key, shapes); with ``hf_config`` (a
         ``config.json`` dict) the layers, heads and vocabulary are checked against it too."""
-        device, dtype = _resolve(device, dtype)  # fail before converting a large state dict
+        device, dtype = resolve_device_dtype(device, dtype)  # fail before converting a large state dict
         config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads, hf_config=hf_config)
         return cls(config, weights, device, dtype)
 
@@ -393,7 +373,7 @@ class TorchModel:
         self.check_cache(cache)
         ids_B1 = token_ids(ids_B, 1, self.config.vocab_size, "ids_B", self.device)[:, None]
         check_batch(ids_B1, cache, "ids_B")
-        active_B = self._check_active(active, cache)
+        active_B = check_active(active, cache)
         lengths = np.array(cache.host_lengths)
         empty = np.flatnonzero((lengths == 0) & (True if active_B is None else active_B))
         if empty.size:
@@ -409,21 +389,6 @@ class TorchModel:
         if plan.active_dev is not None:
             logits_BV.masked_fill_(plan.active_dev[:, None] == 0, float("nan"))
         return logits_BV
-
-    @staticmethod
-    def _check_active(active: Any, cache: TorchKVCache) -> np.ndarray | None:
-        if active is None:
-            return None
-        if isinstance(active, torch.Tensor):
-            active = active.detach().cpu().numpy()
-        active = np.asarray(active)
-        if active.dtype != bool:
-            raise TypeError(f"active: expected a bool mask, got dtype {active.dtype}")
-        if active.shape != (cache.batch_size,):
-            raise ValueError(f"active: expected shape [{cache.batch_size}], got {list(active.shape)}")
-        if not active.any():
-            raise ValueError("active: expected at least one active row, got none")
-        return None if active.all() else active
 
     @torch.inference_mode()
     def logits_without_cache(self, ids_BT: Any) -> torch.Tensor:

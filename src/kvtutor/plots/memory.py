@@ -21,11 +21,13 @@ from ..memory import (
     kv_bytes_per_token_decompressed,
     kv_memory,
     max_batch,
+    stored_bytes_per_sequence,
     weights_bytes,
 )
-from .style import COLORS, DASHES, pyplot
+from .style import BLUE, COLORS, DASHES, GREEN, ORANGE, PURPLE, pyplot
 
 if TYPE_CHECKING:
+    from ..memory import ShrinkRow
     from ..paged import PagedKVCache, PagedKVPool
     from ..paged_trace import TraceResult
 
@@ -34,6 +36,8 @@ __all__ = [
     "plot_max_batch",
     "plot_kv_per_token",
     "kv_calculator_widget",
+    "plot_kv_shrink",
+    "plot_window_cap",
     "draw_head_sharing",
     "plot_cache_bytes",
     "draw_paged_layout",
@@ -188,7 +192,7 @@ def kv_calculator_widget(model: str = "llama-3-8b", seq_len: int = 8192, batch: 
     lengths = [2**k for k in range(9, 18)]
     model_w = w.Dropdown(options=bundled_models(), value=model, description="model")
     dtype_w = w.Dropdown(
-        options=["bf16", "fp16", "fp8", "int4", "fp32"], value="bf16", description="KV dtype"
+        options=["bf16", "fp16", "fp8", "int8", "int4", "fp32"], value="bf16", description="KV dtype"
     )
     seq_w = w.SelectionSlider(options=lengths, value=seq_len, description="context")
     batch_w = w.BoundedIntText(value=batch, min=1, max=4096, description="batch")
@@ -205,6 +209,69 @@ def kv_calculator_widget(model: str = "llama-3-8b", seq_len: int = 8192, batch: 
         control.observe(refresh, names="value")
     refresh()
     return w.VBox([w.HBox([model_w, dtype_w]), w.HBox([seq_w, batch_w, memory_w]), out])
+
+
+#: the four ways ``plot_kv_shrink`` draws, as (field prefix, label, colour)
+_SHRINK_KINDS = (
+    ("bf16", "bf16, full", BLUE),
+    ("int8", "int8 + scales", ORANGE),
+    ("fp8", "fp8", GREEN),
+    ("windowed", "bf16, windowed", PURPLE),
+)
+
+
+def plot_kv_shrink(rows: Sequence[ShrinkRow], ax: Any = None) -> Any:
+    """One sequence's cache per model (rows of ``memory.kv_shrink_rows``), four bars each: bf16
+    with every token kept, int8 with its scales, fp8, and bf16 with a window (hatched; absent for a
+    model without one). Log scale; each windowed bar is labelled with its saving."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax = _axes(ax, (7.0, 0.5 * len(rows) + 1.3))
+    height, labelled = 0.8 / len(_SHRINK_KINDS), set()
+    for i, row in enumerate(rows):
+        y0 = len(rows) - 1 - i + 0.4 - height / 2
+        for j, (kind, label, color) in enumerate(_SHRINK_KINDS):
+            nbytes = getattr(row, f"{kind}_per_sequence")
+            if nbytes is None:
+                continue
+            y = y0 - j * height
+            hatch, label = ("///" if kind == "windowed" else None), (None if kind in labelled else label)
+            ax.barh(y, nbytes / GIB, height=height * 0.9, color=color, alpha=0.85, hatch=hatch, label=label)
+            labelled.add(kind)
+            if kind == "windowed":
+                ax.text(nbytes / GIB, y, f" {row.saving('windowed'):.1f}x less", va="center", fontsize=6)
+    ax.set_yticks(np.arange(len(rows))[::-1], [r.model for r in rows], fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.set_xlabel(f"KV cache of one sequence of {_context_label(rows[0].seq_len)} tokens (GiB, log scale)")
+    ax.set_title("Shrinking the cache: quantization halves it, a window caps it", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    return ax
+
+
+def plot_window_cap(
+    names: Sequence[str], seq_lens: Sequence[int], window: int, sinks: int = 0, ax: Any = None
+) -> Any:
+    """One sequence's cache against context length as the model keeps it (solid) and with ``window``
+    (``sinks`` of them the first tokens) imposed on every layer (dashed): the windowed line stops
+    growing at ``window`` tokens."""
+    ax = _axes(ax, (7.0, 3.8))
+    for color, name in zip(COLORS, names, strict=False):
+        spec = load_model_spec(name)
+        full = [kv_bytes_per_sequence(spec, n) / GIB for n in seq_lens]
+        capped = [stored_bytes_per_sequence(spec, n, "bf16", window, sinks).total / GIB for n in seq_lens]
+        ax.plot(seq_lens, full, "o-", color=color, ms=3, label=f"{name}")
+        ax.plot(seq_lens, capped, "s--", color=color, ms=3, label=f"{name}, window")
+    ax.axvline(window, color="0.4", lw=0.8, ls=":")
+    label = f" window = {window:,}" + (f" ({sinks} sinks)" if sinks else "")
+    ax.text(window, 0.02, label, transform=ax.get_xaxis_transform(), va="bottom", fontsize=7)
+    _plain_log_axes(ax, seq_lens)
+    ax.set_xlabel("context length (tokens, one sequence)")
+    ax.set_ylabel("GiB (bf16)")
+    ax.set_title("A window caps the cache: full (solid) and windowed (dashed)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    return ax
 
 
 # ---------------------------------------------------------------- grouped-query attention

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..serving import BatchSweepRow, LatencySummary, ServingTrace, latency_summary
+from ..serving import BatchSweepRow, LatencySummary, ServingTrace, latency_summary, step_durations
 from .style import DECODE_COLOR, POLICY_COLORS, PROMPT_COLOR, SERIES_COLORS, WAIT_COLOR, pyplot
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ __all__ = [
     "plot_distributions",
     "plot_ttft_tpot",
     "plot_latency_throughput",
+    "plot_token_times",
 ]
 
 
@@ -302,6 +303,54 @@ def plot_latency_throughput(rows: Sequence[BatchSweepRow], clock: str = "seconds
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_token_times(
+    traces: Sequence[ServingTrace], labels: Sequence[str], step_seconds: Any = None, title: str = ""
+) -> Figure:
+    """ServingTraces of the same requests -> Figure, one timeline per trace: when each request's
+    tokens came out (ticks), its prompt's steps (bars; several for a chunked prompt) and its wait
+    (grey), on the clock of ``step_seconds`` (StepRecord -> seconds; None: measured), in ms.
+
+    A stall shows as a stretch without ticks in the running requests' rows, the width of the steps
+    that ran another request's prompt.
+    """
+    traces = _traces(traces)
+    labels = [str(x) for x in labels]
+    if len(labels) != len(traces):
+        raise ValueError(f"labels: expected {len(traces)} labels, got {len(labels)}")
+    plt = pyplot()
+    n_req = max(len(t.requests) for t in traces)
+    fig, axes = plt.subplots(
+        len(traces), 1, figsize=(9.0, 0.22 * n_req * len(traces) + 1.4), sharex=True, squeeze=False
+    )
+    for ax, trace, label in zip(axes[:, 0], traces, labels, strict=True):
+        end_S = np.cumsum(step_durations(trace, step_seconds)) * 1e3
+        start_S = end_S - np.diff(np.concatenate([[0.0], end_S]))
+        index = {s.step: i for i, s in enumerate(trace.steps)}
+        for i, r in enumerate(trace.requests):
+            if not r.tokens:
+                continue
+            first = int(np.searchsorted([s.step for s in trace.steps], r.arrival_step))
+            chunk_at = [index[step] for step, _ in r.chunks]
+            ax.barh(
+                i, start_S[chunk_at[0]] - start_S[first], left=start_S[first], height=0.5, color=WAIT_COLOR
+            )
+            for j in chunk_at:
+                ax.barh(i, end_S[j] - start_S[j], left=start_S[j], height=0.7, color=PROMPT_COLOR, alpha=0.5)
+            at = end_S[index[r.admit_step] : index[r.finish_step] + 1]
+            ax.plot(at, np.full(len(at), i), "|", color=DECODE_COLOR, ms=7, mew=1.2)
+        ax.set_ylim(len(trace.requests) - 0.4, -0.6)
+        ax.set_ylabel("request")
+        ax.set_title(label, fontsize=9, loc="left")
+        ax.grid(alpha=0.3, axis="x")
+    axes[-1, 0].set_xlim(left=0)
+    clock = "measured" if step_seconds is None else "modelled"
+    axes[-1, 0].set_xlabel(f"time, ms ({clock}; bars: prompt steps, ticks: tokens, grey: waiting)")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
