@@ -32,10 +32,10 @@ SHELL       := bash
 .DELETE_ON_ERROR:
 
 .PHONY: help install lint unit nbval standalone book chromium browser test notebooks serve bench clean \
-	distclean constraints
+	distclean constraints i18n-update
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/\$$(PORT)/$(PORT)/g' \
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/\$$(PORT)/$(PORT)/g' \
 	  | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 # The stamp is written last, only when everything installed: a .venv without it is a failed or
@@ -99,8 +99,16 @@ $(MATHJAX)/tex-mml-chtml.js: $(STAMP)
 	  cp -r "$$src/es5/output/chtml" $(MATHJAX)/output/; \
 	  cp "$$src/es5/tex-mml-chtml.js" $@
 
-book: $(STAMP) $(MATHJAX)/tex-mml-chtml.js  ## build the HTML book into _build/html (strict: warnings fail)
+# Two editions from the same sources: English in _build/html, and Chinese in _build/html/zh from the
+# catalogs in locales/zh_CN (tools/i18n.py). Each page links to its counterpart in the other.
+book: $(STAMP) $(MATHJAX)/tex-mml-chtml.js  ## build the HTML book, English in _build/html and Chinese in _build/html/zh (strict: warnings fail)
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
+	$(PY) tools/i18n.py build
+
+# After the English text changed: new and changed messages arrive empty or marked fuzzy in the
+# catalogs, to be translated there; messages that left the text are dropped.
+i18n-update: $(STAMP)  ## extract the English text's messages and merge them into the Chinese catalogs (locales/zh_CN)
+	$(PY) tools/i18n.py update
 
 # The browser check drives an installed Chromium or Chrome, never a downloaded one; the lookup
 # ($$KVTUTOR_CHROMIUM, then PATH, then the macOS apps) lives in tests/browser/chromium.py.

@@ -230,3 +230,14 @@ def test_no_docstring_names_a_chapter_that_does_not_show_it():
         if chapters != shown.get(name)
     }
     assert not wrong, "docstring chapters (said, shown):\n" + "\n".join(f"{k}: {v}" for k, v in wrong.items())
+
+
+@pytest.mark.parametrize(
+    ("notebook", "title", "dotted", "imports"), DISPLAYED, ids=[f"{n}:{d}" for n, _, d, _ in DISPLAYED]
+)
+def test_every_displayed_function_fits_the_code_column(notebook, title, dotted, imports):
+    """The book's code box holds 80 columns: a longer line of displayed source scrolls sideways."""
+    from kvtutor.book.display import source
+
+    long = [line for line in source(_resolve(dotted, imports)).splitlines() if len(line) > 80]
+    assert not long, f"{notebook}: {dotted} shows lines over 80 columns:\n" + "\n".join(long)

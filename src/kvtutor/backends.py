@@ -184,34 +184,11 @@ def check_length(held: int, start: int) -> None:
 
 
 def forward_row(model: Any, ids_T: Any, cache: Any, row: int) -> Any:
-    """[T] -> [T,V] tensor: T new tokens of one row of a TorchModel's batched cache, at positions
-    len(row) .. len(row)+T-1, attending to the row's cached keys (the other rows are untouched).
-
-    ``TorchModel.prefill_row`` does this for an empty row only; a prompt chunk continues a row that
-    already holds the chunks before it. The same steps as ``TorchModel.forward``, on a plan for
-    the one row (``TorchKVCache.plan(row=...)``, whose mask is the bottom-right causal mask).
-    """
-    import torch  # only here: a TorchModel exists, so torch is installed
-
-    from .torch_engine import token_ids
-    from .torch_mirror import block, embed, layer_norm
-
+    """[T] -> [T,V] tensor: ``model.forward_row`` (T new tokens continuing one row of a torch
+    model's batched cache), after checking that ``model`` is a torch model."""
     if not is_torch_model(model):
         raise TypeError(f"model: expected a TorchModel, got {type(model).__name__}")
-    model.check_cache(cache)
-    row = cache.check_row(row)
-    if cache.kind == "concat" and cache.batch_size > 1:
-        raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
-    cfg = model.config
-    ids_1T = token_ids(ids_T, 1, cfg.vocab_size, "ids_T", model.device)[None]
-    plan = cache.plan(ids_1T.shape[1], row=row, name="ids_T")  # raises if the row lacks room
-    with torch.inference_mode():
-        x_1TD = embed(ids_1T, model.wte_VD, model.wpe_MD, plan.start)
-        for i, layer in enumerate(model.layers):
-            x_1TD = block(x_1TD, layer, cfg, cache, i, plan)
-        logits_1TV = model.lm_head(layer_norm(x_1TD, model.lnf_g, model.lnf_b, cfg.layer_norm_eps))
-        cache.commit(plan)
-    return logits_1TV[0]
+    return model.forward_row(ids_T, cache, row)
 
 
 def batch_slots(model: Any, n_slots: int, capacity: int) -> LoopedSlots | BatchedSlots:

@@ -372,48 +372,11 @@ class TorchLlamaModel:
             cache.commit(plan)
         return logits_BTV
 
-    @torch.inference_mode()
-    def forward(self, ids_BT: Any, cache: TorchKVCache | None = None) -> torch.Tensor:
-        """[B,T] -> [B,T,V]: T new tokens per row, at positions len_b .. len_b+T-1 of row b.
-
-        Without a cache the tokens are whole sequences (positions 0 .. T-1). With a preallocated
-        cache the rows may be at different lengths, each turned by RoPE for its own positions; a
-        concat cache keeps them at one length.
-        """
-        if cache is not None:
-            self.check_cache(cache)
-        ids_BT = token_ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
-        n_new = ids_BT.shape[1]
-        if cache is None:
-            if n_new > self.config.max_seq_len:
-                raise ValueError(f"ids_BT: {n_new} tokens exceed max_seq_len {self.config.max_seq_len}")
-            return self._run(ids_BT, None, None)
-        check_batch(ids_BT, cache, "ids_BT")
-        return self._run(ids_BT, cache, cache.plan(n_new, name="ids_BT"))
-
-    def prefill(self, ids_BT: Any, cache: TorchKVCache) -> torch.Tensor:
-        """[B,T] -> [B,T,V]: whole prompts in one pass; writes T rotated keys and values per row and
-        layer."""
-        if cache is None:
-            raise TypeError("cache: expected a cache from TorchLlamaModel.new_cache(), got None")
-        return self.forward(ids_BT, cache)
-
-    @torch.inference_mode()
-    def prefill_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
-        """[T] -> [T,V]: prefill one (empty) row of a batched cache, at positions 0 .. T-1; the
-        other rows are untouched."""
-        self.check_cache(cache)
-        row = cache.check_row(row)
-        if cache.kind == "concat" and cache.batch_size > 1:
-            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
-        ids_1T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)[None]
-        held = cache.host_lengths[row]
-        if held:
-            raise ValueError(
-                f"row: expected an empty row (reset_row it first), row {row} holds {held} tokens"
-            )
-        plan = cache.plan(ids_1T.shape[1], row=row, name="ids_T")
-        return self._run(ids_1T, cache, plan)[0]
+    # The checks and the plan are the GPT-2 engine's; only _run (RoPE at each row's positions) differs.
+    forward = TorchModel.forward
+    prefill = TorchModel.prefill
+    forward_row = TorchModel.forward_row
+    prefill_row = TorchModel.prefill_row
 
     @torch.inference_mode()
     def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:

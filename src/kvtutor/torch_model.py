@@ -342,24 +342,34 @@ class TorchModel:
     def prefill(self, ids_BT: Any, cache: TorchKVCache) -> torch.Tensor:
         """[B,T] -> [B,T,V]: whole prompts in one pass; writes T keys and values per row and layer."""
         if cache is None:
-            raise TypeError("cache: expected a cache from TorchModel.new_cache(), got None")
+            raise TypeError(f"cache: expected a cache from {type(self).__name__}.new_cache(), got None")
         return self.forward(ids_BT, cache)
 
     @torch.inference_mode()
+    def forward_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
+        """[T] -> [T,V]: T new tokens of one row of a batched cache, at positions len(row) ..
+        len(row)+T-1 (a prompt chunk continuing its row); the other rows are untouched."""
+        self.check_cache(cache)
+        row = cache.check_row(row)
+        if cache.kind == "concat" and cache.batch_size > 1:
+            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
+        ids_1T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)[None]
+        plan = cache.plan(ids_1T.shape[1], row=row, name="ids_T")  # raises if the row lacks room
+        return self._run(ids_1T, cache, plan)[0]
+
     def prefill_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
         """[T] -> [T,V]: prefill one row of a batched cache (an empty row); the other rows are untouched."""
         self.check_cache(cache)
         row = cache.check_row(row)
         if cache.kind == "concat" and cache.batch_size > 1:
             raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
-        ids_1T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)[None]
+        ids_T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)
         held = cache.host_lengths[row]
         if held:
             raise ValueError(
                 f"row: expected an empty row (reset_row it first), row {row} holds {held} tokens"
             )
-        plan = cache.plan(ids_1T.shape[1], row=row, name="ids_T")
-        return self._run(ids_1T, cache, plan)[0]
+        return self.forward_row(ids_T, cache, row)
 
     @torch.inference_mode()
     def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:
@@ -369,7 +379,7 @@ class TorchModel:
         written; their logits rows are NaN. Every active row must already hold a token (prefill first).
         """
         if cache is None:
-            raise TypeError("cache: expected a cache from TorchModel.new_cache(), got None")
+            raise TypeError(f"cache: expected a cache from {type(self).__name__}.new_cache(), got None")
         self.check_cache(cache)
         ids_B1 = token_ids(ids_B, 1, self.config.vocab_size, "ids_B", self.device)[:, None]
         check_batch(ids_B1, cache, "ids_B")

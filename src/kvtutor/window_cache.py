@@ -204,7 +204,8 @@ class SlidingWindowKVCache(CacheBase):
         n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
         old_S = self.attended_positions(n_new)[: -n_new or None]
         slots_S = self.slots(old_S)
-        k_HTK = k_new_HTK.astype(self.k_LHWK.dtype)  # copies: the caller may reuse its arrays
+        # copies: the caller may reuse its arrays
+        k_HTK = k_new_HTK.astype(self.k_LHWK.dtype)
         v_HTK = v_new_HTK.astype(self.v_LHWK.dtype)
         self._staged[layer] = (k_HTK, v_HTK)
         self._pending[layer] = n_new

@@ -1,11 +1,14 @@
 """Open every page of the built book in headless Chromium and check what a reader sees.
 
-For each page in _toc.yml: the title names the page, images load, math is typeset by
-the book's own MathJax, no output shows a traceback or stderr, no code or output box
-scrolls sideways (at window widths from 800 to 1280 px), internal links (and their
-#anchors) resolve, and the console has no errors except from external resources, which
-are refused so that the check is the same offline as online. A full-page screenshot of
-each page is saved to _build/screenshots/<page>.png.
+For each page in _toc.yml, in both editions (English in _build/html, Chinese in
+_build/html/zh): the title names the page, images load, math is typeset by the book's own
+MathJax, no output shows a traceback or stderr, no code or output box scrolls sideways (at
+window widths from 800 to 1280 px), internal links (and their #anchors) resolve, the page
+links to its counterpart in the other edition, and the console has no errors except from
+external resources, which are refused so that the check is the same offline as online. On
+a Chinese page, its Chinese text is drawn by a font that has the characters, not as boxes
+("tofu"). A full-page screenshot of each page is saved to _build/screenshots/<page>.png
+(the Chinese ones under _build/screenshots/zh/).
 """
 
 from __future__ import annotations
@@ -52,7 +55,16 @@ def toc_pages() -> list[str]:
     return [next((p.removesuffix(s) for s in SOURCE_SUFFIXES if p.endswith(s)), p) for p in pages]
 
 
+# The Chinese edition: the same pages under zh/ (tools/i18n.py, tools/sphinxext/kvtutor_i18n.py).
+EDITION_DIR = "zh"
 PAGES = toc_pages()
+ZH_PAGES = [f"{EDITION_DIR}/{page}" for page in PAGES]
+
+
+def counterpart(name: str) -> str:
+    """The same page in the other edition: book/intro <-> zh/book/intro."""
+    prefix = f"{EDITION_DIR}/"
+    return name.removeprefix(prefix) if name.startswith(prefix) else prefix + name
 
 
 class _PageParser(html.parser.HTMLParser):
@@ -160,6 +172,48 @@ OVERFLOWING = """() => {
 
 LINKS = "() => Array.from(document.querySelectorAll('a[href]'), (a) => a.href)"
 
+EDITION_SWITCH = """() => Array.from(document.querySelectorAll('.kvtutor-edition-switch a'),
+                                    (a) => ({href: a.href, lang: a.getAttribute('hreflang')}))"""
+
+# Chinese text drawn as boxes: each element's CJK characters are drawn on a canvas in the
+# element's own computed font, beside U+0378, a code point that no font has (the browser draws
+# its missing-glyph box, or nothing). A character drawn like it, or two characters drawn alike,
+# had no glyph in any font of the stack or the system's fallback.
+CJK = "[\\u3400-\\u9fff\\uf900-\\ufaff]"
+TOFU = """() => {
+  const cjk = /CJK/g;
+  const hasCjk = (el) => el && (el.textContent.match(cjk) || []).length > 0;
+  const nav = Array.from(document.querySelectorAll("nav a, nav .caption")).find(hasCjk);
+  const elements = [document.querySelector("main h1"), nav,
+                    ...Array.from(document.querySelectorAll("main p, main li, main td"))]
+    .filter(hasCjk);
+  const canvas = document.createElement("canvas");
+  canvas.width = 64;
+  canvas.height = 64;
+  const ctx = canvas.getContext("2d", {willReadFrequently: true});
+  const checked = [];
+  const bad = [];
+  for (const el of elements.slice(0, 4)) {
+    const style = getComputedStyle(el);
+    ctx.font = `${style.fontStyle} ${style.fontWeight} 40px ${style.fontFamily}`;
+    const draw = (ch) => {
+      ctx.clearRect(0, 0, 64, 64);
+      ctx.fillText(ch, 4, 48);
+      return ctx.getImageData(0, 0, 64, 64).data.join(",");
+    };
+    const missing = draw("\\u0378");
+    const chars = [...new Set(el.textContent.match(cjk))].slice(0, 8);
+    const drawn = chars.map(draw);
+    const boxes = chars.filter((ch, i) => drawn[i] === missing);
+    if (boxes.length || new Set(drawn).size < chars.length) {
+      bad.push(`${el.tagName.toLowerCase()} in font ${style.fontFamily}: ${chars.join("")} `
+               + `drawn as boxes (${boxes.join("") || "all alike"})`);
+    }
+    checked.push(chars.join(""));
+  }
+  return {checked: checked, bad: bad};
+}""".replace("CJK", CJK)
+
 
 def check_links(links: list[str], site: str) -> list[str]:
     problems = []
@@ -180,20 +234,21 @@ def check_links(links: list[str], site: str) -> list[str]:
 
 def test_toc_is_built() -> None:
     assert PAGES, "no pages found in _toc.yml"
-    missing = [p for p in PAGES if not (HTML / f"{p}.html").is_file()]
+    missing = [p for p in PAGES + ZH_PAGES if not (HTML / f"{p}.html").is_file()]
     assert not missing, f"pages in _toc.yml without HTML in {HTML}: {missing} (run `make book`)"
 
 
-def test_index_redirects_to_root(site: str, browser_context) -> None:
+@pytest.mark.parametrize("edition", ["", f"{EDITION_DIR}/"])
+def test_index_redirects_to_root(edition: str, site: str, browser_context) -> None:
     page = browser_context.new_page()
     try:
-        page.goto(f"{site}/index.html")
-        page.wait_for_url(f"{site}/{PAGES[0]}.html", timeout=10_000)
+        page.goto(f"{site}/{edition}index.html")
+        page.wait_for_url(f"{site}/{edition}{PAGES[0]}.html", timeout=10_000)
     finally:
         page.close()
 
 
-@pytest.mark.parametrize("name", PAGES)
+@pytest.mark.parametrize("name", PAGES + ZH_PAGES)
 def test_page(name: str, site: str, browser_context) -> None:
     origin_prefix = f"{site}/"
     problems: list[str] = []
@@ -262,6 +317,18 @@ def test_page(name: str, site: str, browser_context) -> None:
                 problems.append(f"MathJax did not load or typeset: {err}")
 
         problems += [f"bad output: {text}" for text in page.evaluate(BAD_OUTPUTS)]
+
+        switch = page.evaluate(EDITION_SWITCH)
+        other = f"{site}/{counterpart(name)}.html"
+        if [link["href"] for link in switch] != [other]:
+            problems.append(f"link to the other edition: {switch}, expected one to {other}")
+        if name.startswith(f"{EDITION_DIR}/"):
+            if page.evaluate("() => document.documentElement.lang") != "zh-CN":
+                problems.append("<html lang> is not zh-CN")
+            tofu = page.evaluate(TOFU)
+            problems += tofu["bad"]
+            if not tofu["checked"]:
+                problems.append("no Chinese text on the page (built without the catalogs?)")
         for width in FIT_WIDTHS:  # the layout changes at 1200 px (right-hand contents) and 1280
             page.set_viewport_size({"width": width, "height": 900})
             problems += [f"scrolls sideways at {width} px: {t}" for t in page.evaluate(OVERFLOWING)]

@@ -1,0 +1,243 @@
+"""The Chinese edition's catalogs (locales/zh_CN, issue #18): valid, in step with the English
+text, free of code outputs, faithful to the markup of each message, and complete.
+
+Completeness is expected to fail while the translation is in progress (xfail, non-strict);
+KVTUTOR_I18N_STRICT=1 makes it a real failure, and does so for good once the translation is
+complete. `make i18n-update` brings the catalogs in step with the English text (tools/i18n.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from babel.messages.pofile import PoFileError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+i18n = _load("kvtutor_tools_i18n", ROOT / "tools" / "i18n.py")
+ext = _load("kvtutor_i18n_ext", ROOT / "tools" / "sphinxext" / "kvtutor_i18n.py")
+CATALOGS = i18n.po_files()
+INCOMPLETE = i18n.incomplete(CATALOGS)
+STRICT = os.environ.get(i18n.STRICT_ENV) == "1"
+
+
+def _po(tmp_path: Path, page: str, entries: list[tuple[str, str, bool]]) -> Path:
+    """A catalog for `page` under tmp_path/zh_CN/LC_MESSAGES with (msgid, msgstr, fuzzy) entries."""
+    path = tmp_path / "zh_CN" / "LC_MESSAGES" / f"{page}.po"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ['msgid ""', 'msgstr ""', '"Content-Type: text/plain; charset=utf-8\\n"', ""]
+    quote = lambda text: json.dumps(text, ensure_ascii=False)  # noqa: E731 (PO strings escape as JSON's)
+    for msgid, msgstr, fuzzy in entries:
+        lines += ["#, fuzzy"] if fuzzy else []
+        lines += [f"msgid {quote(msgid)}", f"msgstr {quote(msgstr)}", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+# --- the checks themselves --------------------------------------------------------------------
+
+
+def test_incomplete_names_the_file_and_the_first_messages(tmp_path):
+    _po(tmp_path, "book/done", [("One.", "一。", False), ("$T$", "$T$", False)])
+    _po(tmp_path, "book/todo", [("One.", "一。", False)] + [(f"Message {i}.", "", False) for i in range(5)])
+    _po(tmp_path, "book/fuzzy", [("Old words.", "旧的话。", True)])
+    lines = i18n.incomplete(i18n.po_files(tmp_path))
+    assert len(lines) == 2, lines
+    fuzzy, todo = lines
+    assert "book/fuzzy.po" in fuzzy and "0 untranslated, 1 fuzzy of 1" in fuzzy and "'Old words.'" in fuzzy
+    assert "book/todo.po" in todo and "5 untranslated, 0 fuzzy of 6" in todo
+    assert "'Message 0.'" in todo and "'Message 2.'" in todo and "'Message 3.'" not in todo
+    assert i18n.incomplete(i18n.po_files(tmp_path) | {}) == lines
+    assert i18n.incomplete({"book/done": tmp_path / "zh_CN/LC_MESSAGES/book/done.po"}) == []
+
+
+def test_out_of_date_finds_missing_stale_and_orphaned_catalogs(tmp_path):
+    pot = tmp_path / "pot"
+    for page, ids in {"book/a": ["Kept.", "New."], "book/b": ["B."]}.items():
+        path = pot / f"{page}.pot"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f'msgid "{m}"\nmsgstr ""\n\n' for m in ids), encoding="utf-8")
+    _po(tmp_path, "book/a", [("Kept.", "留。", False), ("Gone.", "去。", False)])
+    _po(tmp_path, "book/c", [("C.", "丙。", False)])
+    lines = i18n.out_of_date(i18n.pot_files(pot), i18n.po_files(tmp_path))
+    assert len(lines) == 3, lines
+    assert any("a.po: 1 message(s) of the English text missing, 1 no longer in it" in line for line in lines)
+    assert "no catalog for page book/b" in lines
+    assert any("c.po: the page is no longer in the book" in line for line in lines)
+    _po(tmp_path, "book/a", [("Kept.", "留。", False), ("New.", "", False)])
+    _po(tmp_path, "book/b", [("B.", "", False)])
+    (tmp_path / "zh_CN/LC_MESSAGES/book/c.po").unlink()
+    assert i18n.out_of_date(i18n.pot_files(pot), i18n.po_files(tmp_path)) == []
+
+
+def test_a_broken_catalog_is_refused(tmp_path):
+    path = _po(tmp_path, "book/x", [("One.", "一。", False)])
+    path.write_text(path.read_text(encoding="utf-8") + 'msgid "unterminated\n', encoding="utf-8")
+    with pytest.raises(PoFileError):
+        i18n.read_catalog(path)
+
+
+@pytest.mark.parametrize(
+    ("msgid", "msgstr", "problem"),
+    [
+        ("Width {glue:text}`w` and $D$.", "宽度 {glue:text}`w`，$D$。", None),
+        ("Width {glue:text}`w`.", "宽度 8。", "{glue:text}`w`"),
+        ("See $T = 3$ here.", "见此处。", "$T = 3$"),
+        ("Call `f(x)` once.", "调用一次。", "`f(x)`"),
+        ("As in {cite:p}`pope2022`.", "如文献所述。", "{cite:p}`pope2022`"),
+        ("Next, [Prefill](prefill.ipynb).", "下一章[](prefill.ipynb)。", None),
+        ("Next, [Prefill](prefill.ipynb).", "下一章[预填充](decode.ipynb)。", "(prefill.ipynb)"),
+        ("The {term}`KV cache`.", "{term}`键/值缓存`。", None),
+        ("The {term}`KV cache`.", "键/值缓存。", "{term}"),
+        ("See {doc}`prefill`.", "见{doc}`预填充 <prefill>`。", None),
+        ("See {doc}`prefill`.", "见{doc}`decode`。", "{doc}`prefill`"),
+        ("Also {other-edition}`in Chinese`.", "另有{other-edition}`英文版`。", None),
+    ],
+)
+def test_markup_differences(msgid, msgstr, problem):
+    found = i18n.markup_differences(msgid, msgstr)
+    if problem is None:
+        assert found == []
+    else:
+        assert found and problem in " ".join(found), found
+
+
+# --- the extension ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("docname", "language", "uri"),
+    [
+        ("book/intro", "en", "../zh/book/intro.html"),
+        ("book/intro", None, "../zh/book/intro.html"),
+        ("book/intro", "zh_CN", "../../book/intro.html"),
+        ("book/intro", "zh-CN", "../../book/intro.html"),
+        ("index", "en", "zh/index.html"),
+        ("a/b/c", "zh_CN", "../../../a/b/c.html"),
+    ],
+)
+def test_counterpart_uri(docname, language, uri):
+    assert ext.counterpart_uri(docname, language) == uri
+
+
+def test_the_two_editions_link_each_other():
+    for docname in ["book/intro", "index", "a/b/c"]:
+        there = ext.counterpart_uri(docname, "en")
+        back = ext.counterpart_uri(docname, "zh_CN")
+        # from book/intro.html, "../zh/book/intro.html" is zh/book/intro.html; and back again
+        here = Path("/site") / docname
+        assert (here.parent / there).resolve() == Path("/site/zh") / f"{docname}.html"
+        assert (Path("/site/zh") / docname).parent.joinpath(back).resolve() == Path(f"/site/{docname}.html")
+
+
+# --- the catalogs in the repository ---------------------------------------------------------------
+
+
+def _toc_pages() -> list[str]:
+    """Every page in _toc.yml (root, parts, chapters, sections), without suffix."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(entries: list[dict] | None) -> None:
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts") or []:
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return [re.sub(r"\.(md|ipynb|rst)$", "", page) for page in pages]
+
+
+def test_there_is_a_catalog_for_every_page():
+    missing = sorted(set(_toc_pages()) - set(CATALOGS))
+    assert not missing, f"pages without a catalog (run `make i18n-update`): {missing}"
+
+
+@pytest.mark.parametrize("page", sorted(CATALOGS))
+def test_catalog_is_valid(page):
+    catalog = i18n.read_catalog(CATALOGS[page])
+    assert dict(catalog.mime_headers).get("Language") == i18n.LANGUAGE
+    assert catalog.charset.lower() == "utf-8"
+    assert i18n.messages(catalog), f"{page}: no messages"
+    assert not i18n.obsolete({page: CATALOGS[page]})
+
+
+@pytest.mark.parametrize("page", sorted(CATALOGS))
+def test_translations_keep_the_markup(page):
+    """A translation keeps every glued number, formula, code span, citation and link target of
+    the English (a number typed in by hand would silently go stale)."""
+    problems = [
+        f"{m.id[:60]!r}: {'; '.join(found)}"
+        for m in i18n.messages(i18n.read_catalog(CATALOGS[page]))
+        if m.string and (found := i18n.markup_differences(m.id, m.string))
+    ]
+    assert not problems, "\n".join([f"{i18n.LOCALES.name}/.../{page}.po:", *problems])
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory) -> dict[str, Path]:
+    """The English text's messages, extracted now (tools/i18n.py extract, Sphinx's gettext builder)."""
+    out = tmp_path_factory.mktemp("gettext") / "gettext"
+    cmd = [sys.executable, str(ROOT / "tools" / "i18n.py"), "extract", "--out", str(out), "-q"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = i18n.pot_files(out)
+    assert found, f"no .pot files in {out}"
+    return found
+
+
+def test_catalogs_match_the_english_text(templates):
+    problems = i18n.out_of_date(templates, CATALOGS)
+    assert not problems, "\n".join(["the catalogs are out of date: run `make i18n-update`", *problems])
+
+
+def test_no_message_comes_from_a_code_cell(templates):
+    """Every message of a notebook page is text of its Markdown cells (or, on the root page, a
+    caption of _toc.yml): code, outputs and tables that code printed never become messages."""
+    squash = lambda text: " ".join(text.split())  # noqa: E731
+    toc = squash((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    problems = []
+    for page, path in templates.items():
+        source = next(ROOT.glob(f"{page}.*"))
+        if source.suffix != ".ipynb":
+            continue
+        cells = json.loads(source.read_text(encoding="utf-8"))["cells"]
+        markdown = squash("\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"))
+        problems += [
+            f"{page}: {m.id[:80]!r}"
+            for m in i18n.messages(i18n.read_catalog(path))
+            if squash(m.id) not in markdown and squash(m.id) not in toc
+        ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.xfail(
+    bool(INCOMPLETE) and not STRICT,
+    reason=f"translation in progress ({len(INCOMPLETE)} of {len(CATALOGS)} catalogs incomplete; "
+    f"{i18n.STRICT_ENV}=1 makes this a failure)",
+    strict=False,
+)
+def test_every_message_is_translated():
+    assert CATALOGS, f"no catalogs in {i18n.LOCALES}"
+    heading = "untranslated or fuzzy messages (translate them in the .po files):"
+    assert not INCOMPLETE, "\n".join([heading, *INCOMPLETE])
