@@ -23,7 +23,7 @@ A message that is new or changed in the English text arrives in its catalog empt
 fuzzy (sphinx-intl's guess from the old translation, to be checked); messages that left the
 English text are dropped (--no-obsolete; git keeps their translations), and so is the catalog of
 a page that left the book. tests/test_i18n.py checks that the catalogs match the English text and
-are valid, and, with KVTUTOR_I18N_STRICT=1, that every message is translated.
+are valid, and that every message is translated.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ LOCALES_COPY = WORK / "locales"
 # The Chinese edition's own words for what Sphinx extensions print (the themes and Sphinx itself
 # come with Chinese catalogs): myst-nb's buttons on hidden cells, whose {type} is English.
 EDITION_SETTINGS = {"nb_code_prompt_show": "展开代码单元", "nb_code_prompt_hide": "收起代码单元"}
-STRICT_ENV = "KVTUTOR_I18N_STRICT"
 
 
 def sphinx_build(builder: str, outdir: Path, doctreedir: Path, *, strict: bool, quiet: bool = False,
