@@ -34,7 +34,15 @@ from .llama import LlamaConfig, LlamaModel, LlamaWeights
 from .text import TEXT_WIDTH, fields_call, wrap_call
 from .torch_cache import Plan, TorchKVCache, check_active
 from .torch_engine import check_batch, token_ids
-from .torch_mirror import linear, lm_head, merge_heads, project_qkv, resolve_device_dtype, sdpa, split_heads
+from .torch_mirror import (
+    attention_core,
+    linear,
+    lm_head,
+    merge_heads,
+    project_qkv,
+    resolve_device_dtype,
+    split_heads,
+)
 from .torch_model import TorchModel
 from .validate import check_max_new_tokens
 
@@ -140,12 +148,7 @@ def attention(
     q_BHTK = apply_rope(split_heads(q_BTD, config.n_heads), cos_BTK, sin_BTK)
     k_rot_BHTK = apply_rope(split_heads(k_BTE, config.n_kv_heads), cos_BTK, sin_BTK)
     v_new_BHTK = split_heads(v_BTE, config.n_kv_heads)
-    if cache is None:
-        k_BHSK, v_BHSK, mask, is_causal = k_rot_BHTK, v_new_BHTK, None, x_BTD.shape[1] > 1
-    else:
-        k_BHSK, v_BHSK = cache.store(layer_index, k_rot_BHTK, v_new_BHTK, plan)
-        mask, is_causal = plan.mask, plan.is_causal
-    o_BHTK = sdpa(q_BHTK, k_BHSK, v_BHSK, mask, is_causal, config.group_size)
+    o_BHTK = attention_core(q_BHTK, k_rot_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
     return linear(merge_heads(o_BHTK), layer.w_o, layer.b_o)
 
 
@@ -327,15 +330,9 @@ class TorchLlamaModel:
             out += [getattr(ly, name) for name in _STORED]
         return out
 
-    @property
-    def n_params(self) -> int:
-        """Parameters, a tied embedding / LM head counted once (the zero biases are not counted)."""
-        return sum(t.numel() for t in self._weights())
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the weights as stored (a tied embedding counted once, the zero biases not)."""
-        return sum(t.numel() * t.element_size() for t in self._weights())
+    # counted over _weights (a tied embedding once, the zero biases not at all), as TorchModel does
+    n_params = TorchModel.n_params
+    nbytes = TorchModel.nbytes
 
     def __repr__(self) -> str:
         name = type(self).__name__

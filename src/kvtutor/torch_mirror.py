@@ -45,11 +45,13 @@ __all__ = [
     "merge_heads",
     "gelu",
     "ffn",
+    "attention_core",
     "attention",
     "block",
     "lm_head",
     "sample",
     "TorchLayerWeights",
+    "resolve_device_dtype",
 ]
 
 _BIG_OUTPUT = 32 << 20  # bytes: above this glibc maps fresh pages for every allocation
@@ -196,13 +198,29 @@ def attention(
     q_BHTK = split_heads(q_BTD, config.n_heads)
     k_new_BHTK = split_heads(k_BTE, config.n_kv_heads)
     v_new_BHTK = split_heads(v_BTE, config.n_kv_heads)
+    o_BHTK = attention_core(q_BHTK, k_new_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
+    return linear(merge_heads(o_BHTK), layer.w_o, layer.b_o)
+
+
+def attention_core(
+    q_BHTK: torch.Tensor,
+    k_new_BHTK: torch.Tensor,
+    v_new_BHTK: torch.Tensor,
+    group_size: int,
+    cache: TorchKVCache | None = None,
+    layer_index: int = 0,
+    plan: Plan | None = None,
+) -> torch.Tensor:
+    """[B,H,T,K], new [B,Hkv,T,K] keys and values -> [B,H,T,K]: store the new keys and values where
+    ``plan`` says (with a cache) and attend to every key each query may see; without a cache, to the
+    T new ones under the plain causal mask. GPT-2 and Llama share it (``numpy_model.attention_core``'s
+    twin, with the cache write folded in)."""
     if cache is None:
-        k_BHSK, v_BHSK, mask, is_causal = k_new_BHTK, v_new_BHTK, None, x_BTD.shape[1] > 1
+        k_BHSK, v_BHSK, mask, is_causal = k_new_BHTK, v_new_BHTK, None, q_BHTK.shape[2] > 1
     else:
         k_BHSK, v_BHSK = cache.store(layer_index, k_new_BHTK, v_new_BHTK, plan)
         mask, is_causal = plan.mask, plan.is_causal
-    o_BHTK = sdpa(q_BHTK, k_BHSK, v_BHSK, mask, is_causal, config.group_size)
-    return linear(merge_heads(o_BHTK), layer.w_o, layer.b_o)
+    return sdpa(q_BHTK, k_BHSK, v_BHSK, mask, is_causal, group_size)
 
 
 def block(
