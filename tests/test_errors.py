@@ -7,11 +7,18 @@ import pytest
 from conftest import assert_same_state, cache_state
 
 import kvtutor
+from kvtutor.quant_cache import QuantizedKVCache
 
 
-@pytest.fixture(params=["preallocated", "concat"])
+@pytest.fixture(params=["preallocated", "concat", "int8 per_channel", "int8 per_token"])
 def filled(request, toy_model):
-    cache = toy_model.new_cache(kind=request.param)
+    """The toy model and its cache holding [1, 2, 3] then 4: each float kind, and the int8 cache in
+    both key modes (groups of 2 keys: 2 full)."""
+    if request.param.startswith("int8"):
+        key_mode = request.param.split()[1]
+        cache = QuantizedKVCache.for_model(toy_model, key_mode=key_mode, group_size=2)
+    else:
+        cache = toy_model.new_cache(kind=request.param)
     toy_model.prefill([1, 2, 3], cache)
     toy_model.decode_step(4, cache)
     return toy_model, cache

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from babel.messages.pofile import PoFileError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,25 +147,8 @@ def test_the_two_editions_link_each_other():
 # --- the catalogs in the repository ---------------------------------------------------------------
 
 
-def _toc_pages() -> list[str]:
-    """Every page in _toc.yml (root, parts, chapters, sections), without suffix."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-
-    def walk(entries: list[dict] | None) -> None:
-        for entry in entries or []:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts") or []:
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return [re.sub(r"\.(md|ipynb|rst)$", "", page) for page in pages]
-
-
 def test_there_is_a_catalog_for_every_page():
-    missing = sorted(set(_toc_pages()) - set(CATALOGS))
+    missing = sorted(set(i18n.toc_pages()) - set(CATALOGS))
     assert not missing, f"pages without a catalog (run `make i18n-update`): {missing}"
 
 

@@ -9,7 +9,6 @@ import pytest
 from conftest import assert_same_state, cache_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_errors import BAD_PREFILL, BAD_TOKEN
 
 import kvtutor
 from kvtutor.cache import PreallocatedKVCache
@@ -314,39 +313,8 @@ def test_same_errors_and_lengths_as_the_preallocated_cache(data, key_mode, group
                 assert_within(quant.values(i), float_cache.values(i), v_bound, np.float32)
 
 
-@pytest.fixture(params=KEY_MODES)
-def filled(request, toy_model):
-    """As in test_errors: a quantized cache holding [1, 2, 3] then 4 (group of 2 keys: 2 full)."""
-    cache = QuantizedKVCache.for_model(toy_model, key_mode=request.param, group_size=2)
-    toy_model.prefill([1, 2, 3], cache)
-    toy_model.decode_step(4, cache)
-    return toy_model, cache
-
-
-@pytest.mark.parametrize(("ids", "exc", "match"), BAD_PREFILL)
-def test_bad_prefill_input_is_rejected_and_cache_unchanged(filled, ids, exc, match):
-    model, cache = filled
-    before = cache_state(cache)
-    with pytest.raises(exc, match=match):
-        model.prefill(ids, cache)
-    assert_same_state(before, cache_state(cache))
-
-
-@pytest.mark.parametrize(("token", "exc", "match"), BAD_TOKEN)
-def test_bad_decode_token_is_rejected_and_cache_unchanged(filled, token, exc, match):
-    model, cache = filled
-    before = cache_state(cache)
-    with pytest.raises(exc, match=match):
-        model.decode_step(token, cache)
-    assert_same_state(before, cache_state(cache))
-
-
-def test_generate_rejects_a_non_empty_cache_unchanged(filled):
-    model, cache = filled
-    before = cache_state(cache)
-    with pytest.raises(ValueError, match="cache: expected an empty cache, got one holding 4"):
-        model.generate([1], 2, cache=cache)
-    assert_same_state(before, cache_state(cache))
+# The bad-input tests of test_errors.py (prefill, decode, generate into a filled cache) run on this
+# cache too: its `filled` fixture includes the int8 cache in both key modes.
 
 
 # ---------------------------------------------------------------- construction

@@ -268,13 +268,32 @@ def update(language: str = LANGUAGE) -> int:
     return 0
 
 
+def toc_pages() -> list[str]:
+    """Every page named in _toc.yml (root, parts, chapters, sections), without suffix: the pages
+    each edition builds (the catalogs' test and the browser check both walk this list)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(entries: list[dict] | None) -> None:
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts") or []:
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return [re.sub(r"\.(md|ipynb|rst)$", "", page) for page in pages]
+
+
 def book_title(language: str = LANGUAGE) -> str | None:
     """The book's title (_config.yml) as the root page's catalog translates it, if it does."""
     import yaml
 
     title = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8")).get("title")
-    root = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))["root"]
-    catalog = po_files(language=language).get(Path(root).with_suffix("").as_posix())
+    catalog = po_files(language=language).get(toc_pages()[0])
     if not title or catalog is None:
         return title
     message = read_catalog(catalog).get(title)

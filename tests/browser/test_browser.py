@@ -14,6 +14,8 @@ a Chinese page, its Chinese text is drawn by a font that has the characters, not
 from __future__ import annotations
 
 import html.parser
+import importlib.util
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,14 +23,15 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-SOURCE_SUFFIXES = (".md", ".ipynb", ".rst")
+_spec = importlib.util.spec_from_file_location("_kvtutor_tools_i18n", ROOT / "tools" / "i18n.py")
+_i18n = sys.modules["_kvtutor_tools_i18n"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_i18n)  # the page list (_toc.yml) lives with the edition tooling
 
 # Known upstream page errors, tolerated exactly as written here and nowhere else.
 KNOWN_PAGE_ERRORS = {
@@ -38,26 +41,9 @@ KNOWN_PAGE_ERRORS = {
 }
 
 
-def toc_pages() -> list[str]:
-    """Every page named in _toc.yml (root, parts, chapters, sections), without suffix."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-
-    def walk(entries: list[dict] | None) -> None:
-        for entry in entries or []:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts") or []:
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return [next((p.removesuffix(s) for s in SOURCE_SUFFIXES if p.endswith(s)), p) for p in pages]
-
-
 # The Chinese edition: the same pages under zh/ (tools/i18n.py, tools/sphinxext/kvtutor_i18n.py).
 EDITION_DIR = "zh"
-PAGES = toc_pages()
+PAGES = _i18n.toc_pages()
 ZH_PAGES = [f"{EDITION_DIR}/{page}" for page in PAGES]
 
 
