@@ -37,6 +37,7 @@ __all__ = [
     "make_cache",
     "check_cache",
     "cache_mask",
+    "start_position",
 ]
 
 
@@ -303,3 +304,13 @@ def cache_mask(cache: Any, n_new: int, n_keys: int) -> np.ndarray | None:
             f"{type(cache).__name__}.mask({n_new}), got {got}"
         )
     return mask_TS
+
+
+def start_position(cache: Any, n_new: int, max_seq_len: int, name: str = "ids_T") -> int:
+    """Where ``n_new`` new tokens start: ``len(cache)`` (0 without a cache), after checking that they
+    fit in the cache's capacity (``max_seq_len`` without one), or a ValueError naming ``name``."""
+    start = 0 if cache is None else len(cache)
+    room = max_seq_len if cache is None else cache.capacity
+    if start + n_new > room:
+        raise ValueError(f"{name}: {n_new} tokens after {start} cached ones exceed the capacity {room}")
+    return start

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import KVCache
+from .cache import KVCache, start_position
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
 from .numpy_model import NumpyModel, attention_core, lm_head, merge_heads, split_heads
@@ -537,16 +537,10 @@ class LlamaModel:
         are rotated for the positions given. ``trace``, if a list, receives one dict per layer.
         """
         cfg = self.config
-        slot = 0
         if cache is not None:
             self.check_cache(cache)
-            slot = len(cache)
         ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
-        room = cache.capacity if cache is not None else cfg.max_seq_len
-        if slot + len(ids_T) > room:
-            raise ValueError(
-                f"ids_T: {len(ids_T)} tokens after {slot} cached ones exceed the capacity {room}"
-            )
+        slot = start_position(cache, len(ids_T), cfg.max_seq_len)
         start = slot if start is None else check_int("start", start, 0, cfg.max_seq_len - len(ids_T))
         positions_T = np.arange(start, start + len(ids_T))
         w = self.weights

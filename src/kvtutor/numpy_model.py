@@ -14,7 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from .cache import ConcatKVCache, KVCache, PreallocatedKVCache, cache_mask, check_cache, make_cache
+from .cache import (
+    ConcatKVCache,
+    KVCache,
+    PreallocatedKVCache,
+    cache_mask,
+    check_cache,
+    make_cache,
+    start_position,
+)
 from .config import ModelConfig
 from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
 from .validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
@@ -421,17 +429,10 @@ class NumpyModel:
         The book shows this in "Decode, step by step".
         """
         cfg = self.config
-        start = 0
         if cache is not None:
             self.check_cache(cache)
-            start = len(cache)
         ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
-        room = cache.capacity if cache is not None else cfg.max_seq_len
-        if start + len(ids_T) > room:
-            raise ValueError(
-                f"ids_T: {len(ids_T)} tokens after {start} cached ones "
-                f"exceed the capacity {room}"
-            )  # fmt: skip
+        start = start_position(cache, len(ids_T), cfg.max_seq_len)
         w = self.weights
         x_TD = embed(ids_T, w.wte_VD, w.wpe_MD, start)
         for i, layer in enumerate(w.layers):
