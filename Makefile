@@ -20,6 +20,8 @@ TORCH   := 2.13.0
 # skipped with a note (pip would retry it for minutes, once per package, on a machine offline).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PORT    ?= 8000
+# The unit tests, nbval and `make standalone` run on every core; JOBS=1 runs each in one process.
+JOBS    ?= auto
 # Notebooks run the same way for nbval and `make notebooks`: inline figures (no MPLBACKEND), fixed
 # hashing, and single-threaded OpenBLAS (same summation order everywhere, no oversubscription).
 NBENV   := env -u MPLBACKEND PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1
@@ -83,12 +85,13 @@ lint: $(STAMP)  ## ruff check and ruff format --check (src, tests, book, noteboo
 	$(BIN)/ruff format --check .
 
 unit: $(STAMP)  ## unit, property and parity tests (everything but tests/browser)
-	$(BIN)/pytest tests --ignore=tests/browser
+	$(BIN)/pytest -n $(JOBS) tests --ignore=tests/browser
 
-# Run from inside book/ so that copies under _build/ can never be collected.
+# Run from inside book/ so that copies under _build/ can never be collected. A notebook's cells
+# share one kernel, so `--dist loadfile` keeps each notebook in one worker, in order.
 nbval: $(STAMP)  ## re-run every chapter and compare with its stored outputs (strict nbval)
 	cd book && $(NBENV) $(abspath $(BIN))/pytest --nbval --nbval-current-env \
-	  --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider .
+	  --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -n $(JOBS) --dist loadfile .
 
 $(MATHJAX)/tex-mml-chtml.js: $(STAMP)
 	rm -rf $(MATHJAX)
@@ -101,9 +104,17 @@ $(MATHJAX)/tex-mml-chtml.js: $(STAMP)
 
 # Two editions from the same sources: English in _build/html, and Chinese in _build/html/zh from the
 # catalogs in locales/zh_CN (tools/i18n.py). Each page links to its counterpart in the other.
+# The two Sphinx builds run side by side (each reads serially; their doctrees and myst-nb's files
+# are apart: _build/.doctrees and _build/jupyter_execute, _build/zh); each log is printed when it
+# ends, and either one failing fails the target.
 book: $(STAMP) $(MATHJAX)/tex-mml-chtml.js  ## build the HTML book, English in _build/html and Chinese in _build/html/zh (strict: warnings fail)
-	$(BIN)/jupyter-book build . --all -W -n --keep-going
-	$(PY) tools/i18n.py build
+	@mkdir -p _build/logs
+	@echo "$(BIN)/jupyter-book build . --all -W -n --keep-going  &  $(PY) tools/i18n.py build"
+	@$(BIN)/jupyter-book build . --all -W -n --keep-going > _build/logs/book-en.log 2>&1 & en=$$!; \
+	  $(PY) tools/i18n.py build > _build/logs/book-zh.log 2>&1 & zh=$$!; \
+	  status=0; wait $$en || status=1; echo "--- English edition"; cat _build/logs/book-en.log; \
+	  wait $$zh || status=1; echo "--- Chinese edition"; cat _build/logs/book-zh.log; \
+	  exit $$status
 
 # After the English text changed: new and changed messages arrive empty or marked fuzzy in the
 # catalogs, to be translated there; messages that left the text are dropped.
@@ -129,12 +140,17 @@ chromium: $(STAMP)  ## find Chromium or Chrome (as root with apt-get: install ch
 browser: book chromium  ## open every chapter in headless Chromium and check it
 	$(BIN)/pytest tests/browser
 
-# The browser comes first, so that a machine without one learns it in seconds, not after nbval.
-# Every chapter alone, from a copy outside the repository, in the reader's environment above.
-standalone: $(READER)/.installed  ## run every chapter as in Colab: only kvtutor[notebooks], copies outside the repo
+# Every chapter alone, from a copy outside the repository, in the reader's environment above, on
+# a second CPU: NumPy, torch and BLAS on the SIMD kernels of a CPU one level below this one (AVX2
+# on an AVX-512 machine, else the SSE4.2 baseline; the last bits of float32 results change), with
+# outputs compared to the stored ones as strict nbval compares them. CPU=baseline, avx2 or native
+# pick the kernels.
+CPU     ?= second
+standalone: $(READER)/.installed  ## run every chapter as in Colab (only kvtutor[notebooks]) on a second CPU's kernels, and compare its outputs
 	cd $(READER) && $(NBENV) JUPYTER_PREFER_ENV_PATH=1 bin/python $(abspath tools/run_standalone.py) \
-	  $(abspath $(wildcard book/*.ipynb))
+	  --cpu $(CPU) --jobs $(JOBS) $(abspath $(wildcard book/*.ipynb))
 
+# The browser comes first, so that a machine without one learns it in seconds, not after nbval.
 test: chromium lint unit nbval standalone book browser  ## everything CI runs, in order, stopping at the first failure
 
 $(KERNEL): $(STAMP)

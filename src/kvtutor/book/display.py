@@ -31,19 +31,40 @@ def setup_notebook(seed: int = 0) -> None:
     mpl.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (6.4, 3.6)})
 
 
-def glue(name: str, value: Any, display: bool = True) -> None:
-    """Keep ``value`` under ``name`` for the book's prose: myst-nb's ``glue`` where myst-nb is
-    installed (building the book, nbval); in a plain kernel (Colab, Binder, a laptop without the
-    book's tools) the value is only shown, if ``display``."""
-    try:
-        from myst_nb import glue as myst_glue
-    except ImportError:
-        if display:
-            from IPython.display import display as show
+# myst-nb's glue format: a value glued with display=False is stored under these MIME types, which
+# Jupyter Book reads and notebook front ends leave undrawn; metadata["scrapbook"] names it.
+GLUE_PREFIX = "application/papermill.record/"
 
-            show(value)
-        return
-    myst_glue(name, value, display)
+
+def shown(value: float, fmt: str) -> float:
+    """``value`` rounded to what ``format(value, fmt)`` shows: 0.5962 and ".2f" give 0.6, and
+    0.9537 and ".0%" give 0.95, so that a glued number holds no digits the page leaves out."""
+    if not re.fullmatch(r",?\.\d+[fe%]", fmt):
+        raise ValueError(f"fmt: expected a fixed, exponent or percent format like '.2f', got {fmt!r}")
+    text = format(value, fmt).replace(",", "")
+    if text.endswith("%"):
+        return round(float(text[:-1]) / 100, int(fmt.lstrip(",.")[:-1]) + 2)
+    return float(text)
+
+
+def glue(name: str, value: Any, display: bool = True, *, fmt: str | None = None) -> None:
+    """Keep ``value`` under ``name`` for the book's prose, in myst-nb's glue format.
+
+    The output is the one ``myst_nb.glue`` writes, made here so that it is the same in every
+    kernel: the book's (with myst-nb) and a reader's (Colab, Binder, a laptop without the book's
+    tools), whose outputs ``make standalone`` compares with the stored ones. A float is glued as
+    the page shows it: ``fmt=".2f"`` for ``{glue:text}`key:.2f``` rounds it (``shown``), so its
+    last bits, which differ from CPU to CPU, never reach the stored output.
+    """
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as show
+
+    if fmt is not None:
+        value = shown(value, fmt)
+    bundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    show({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
 
 
 def source(obj: Any) -> str:
