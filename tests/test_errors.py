@@ -272,3 +272,331 @@ def test_sample_checks_the_temperature():
         sample(logits, "hot")
     with pytest.raises(TypeError, match=r"^temperature: expected a float, got NoneType"):
         sample(logits, None)
+
+
+# ---------------------------------------------------------------- models that could only give NaN
+
+
+LLAMA_CFG = kvtutor.LlamaConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=16, d_ff=32)
+GPT2_CFG = kvtutor.ModelConfig(vocab_size=32, d_model=8, n_heads=2, n_layers=1, max_seq_len=16)
+
+BAD_STD = [
+    (float("nan"), ValueError, r"^std: expected a finite number > 0, got nan"),
+    (float("inf"), ValueError, r"^std: expected a finite number > 0, got inf"),
+    (-float("inf"), ValueError, r"^std: expected a finite number > 0, got -inf"),
+    (0.0, ValueError, r"^std: expected a finite number > 0, got 0.0"),
+    (-0.02, ValueError, r"^std: expected a finite number > 0, got -0.02"),
+    (10**400, ValueError, r"^std: expected a finite number > 0, got an int of 1329 bits"),
+    (1e40, ValueError, r"^std: expected draws that fit float32, got std=1e\+40, which puts inf in "),
+    ("0.02", TypeError, r"^std: expected a float, got str '0.02'"),
+    (None, TypeError, r"^std: expected a float, got NoneType"),
+]
+
+
+@pytest.mark.parametrize(("std", "exc", "match"), BAD_STD)
+def test_a_scale_that_leaves_a_useless_model_is_refused(std, exc, match):
+    """LlamaModel.random(cfg, std=nan) used to build an all-NaN model whose generate gave 0, 0, ..."""
+    with pytest.raises(exc, match=match):
+        kvtutor.LlamaModel.random(LLAMA_CFG, std=std)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(exc, match=match):
+        kvtutor.TorchLlamaModel.random(LLAMA_CFG, std=std, device="cpu", dtype=torch.float32)
+
+
+def test_draws_past_the_dtypes_range_and_non_finite_epsilons_are_refused():
+    with pytest.raises(
+        ValueError, match=r"^std: expected draws that fit float16, got std=100000.0, which puts"
+    ):
+        kvtutor.LlamaModel.random(LLAMA_CFG, dtype=np.float16, std=1e5)
+    assert kvtutor.LlamaModel.random(LLAMA_CFG, dtype=np.float16, std=0.02).n_params == LLAMA_CFG.n_params
+    for eps, exc, match in [
+        (
+            float("inf"),
+            ValueError,
+            r"^layer_norm_eps: expected a finite number > 0, got inf",
+        ),  # every LN: its bias
+        (float("nan"), ValueError, r"^layer_norm_eps: expected a finite number > 0, got nan"),
+        (0, ValueError, r"^layer_norm_eps: expected a finite number > 0, got 0"),
+        ("1e-5", TypeError, r"^layer_norm_eps: expected a float, got str"),
+    ]:
+        with pytest.raises(exc, match=match):
+            kvtutor.ModelConfig(
+                vocab_size=32, d_model=8, n_heads=2, n_layers=1, max_seq_len=16, layer_norm_eps=eps
+            )
+    with pytest.raises(ValueError, match=r"^rms_norm_eps: expected a finite number > 0, got inf"):
+        kvtutor.LlamaConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=16, d_ff=32,
+                            rms_norm_eps=float("inf"))  # fmt: skip
+    with pytest.raises(TypeError, match=r"^dtype: expected a floating NumPy dtype such as np.float32"):
+        kvtutor.NumpyModel.random(GPT2_CFG, dtype=np.int8)  # used to give integer (mostly zero) weights
+
+
+@pytest.mark.parametrize(("seed", "exc", "match"), [
+    (-1, ValueError, r"^seed: expected 0 <= seed <= 18446744073709551615, got -1"),
+    (2**64, ValueError, r"^seed: expected 0 <= seed <= 18446744073709551615, got 18446744073709551616"),
+    (1.5, TypeError, r"^seed: expected an int, got float 1.5"),
+    (True, TypeError, r"^seed: expected an int, got bool True"),
+])  # fmt: skip
+def test_a_bad_seed_is_named_in_every_constructor(seed, exc, match):
+    """random(seed=-1) used to say only 'expected non-negative integer' (NumPy's words)."""
+    for build in (lambda: kvtutor.NumpyModel.random(GPT2_CFG, seed=seed),
+                  lambda: kvtutor.LlamaModel.random(LLAMA_CFG, seed=seed)):  # fmt: skip
+        with pytest.raises(exc, match=match):
+            build()
+    pytest.importorskip("torch")
+    for build in (
+        lambda: kvtutor.TorchModel.random(GPT2_CFG, seed=seed, device="cpu"),
+        lambda: kvtutor.TorchModel.random_on_device(GPT2_CFG, seed=seed, device="cpu"),
+        lambda: kvtutor.TorchLlamaModel.random(LLAMA_CFG, seed=seed, device="cpu"),
+    ):
+        with pytest.raises(exc, match=match):
+            build()
+
+
+def test_non_finite_weights_are_refused_naming_the_tensor():
+    """The loaders refuse nan/inf by key; a torch model refuses a weight that is not finite in its own
+    dtype (a nan given, or 1e5 turned to inf by float16), naming the tensor; the source is untouched."""
+    gpt2 = kvtutor.NumpyModel.random(GPT2_CFG, seed=1)
+    sd = {k: v.copy() for k, v in gpt2.to_gpt2_state_dict().items()}
+    sd["transformer.h.0.mlp.c_fc.weight"][1, 2] = np.nan
+    with pytest.raises(
+        ValueError, match=r"^state_dict\['transformer.h.0.mlp.c_fc.weight'\]: expected finite"
+    ):
+        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=2)
+    llama = kvtutor.LlamaModel.random(LLAMA_CFG, seed=1)
+    lsd = {k: v.copy() for k, v in llama.to_llama_state_dict().items()}
+    lsd["model.layers.0.mlp.up_proj.weight"][0, 0] = np.inf
+    with pytest.raises(
+        ValueError, match=r"^state_dict\['model.layers.0.mlp.up_proj.weight'\]: expected finite"
+    ):
+        kvtutor.LlamaModel.from_llama_state_dict(lsd, LLAMA_CFG)
+    torch = pytest.importorskip("torch")
+    big = {k: v.copy() for k, v in gpt2.to_gpt2_state_dict().items()}
+    big["transformer.h.0.mlp.c_fc.weight"][1, 2] = 1e5  # finite in float32, inf in float16
+    kept = {k: v.copy() for k, v in big.items()}
+    with pytest.raises(
+        ValueError, match=r"^layers\[0\].w_fc: expected finite weights in torch.float16, got inf"
+    ):
+        kvtutor.TorchModel.from_gpt2_state_dict(big, n_heads=2, device="cpu", dtype=torch.float16)
+    assert all(np.array_equal(big[k], kept[k]) for k in kept)
+    assert kvtutor.TorchModel.from_gpt2_state_dict(big, n_heads=2, device="cpu").dtype == torch.float32
+    gpt2.weights.layers[0].w_o[0, 3] = np.nan  # a model built by hand (NumpyModel(config, weights))
+    with pytest.raises(
+        ValueError, match=r"^layers\[0\].w_o: expected finite weights in torch.float32, got nan"
+    ):
+        kvtutor.TorchModel.from_numpy(gpt2, device="cpu")
+    assert np.isnan(gpt2.weights.layers[0].w_o[0, 3])
+    lbig = {k: v.copy() for k, v in llama.to_llama_state_dict().items()}
+    lbig["model.norm.weight"][0] = 1e5
+    with pytest.raises(ValueError, match=r"^norm_D: expected finite weights in torch.float16, got inf"):
+        kvtutor.TorchLlamaModel.from_llama_state_dict(lbig, LLAMA_CFG, device="cpu", dtype="fp16")
+    llama.weights.layers[0].w_q[0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"^layers\[0\].w_qkv: expected finite weights in torch.float32"):
+        kvtutor.TorchLlamaModel.from_numpy(llama, device="cpu", dtype=torch.float32)
+
+
+# ---------------------------------------------------------------- devices and dtypes, up front
+
+
+def test_torch_models_check_dtype_and_device_before_building():
+    """float8 used to be accepted and fail in generate; mps on Linux or cuda without CUDA at first use.
+    One check (validate.torch_device, validate.torch_compute_dtype) serves both families and the
+    flash kernels, and names the choices."""
+    torch = pytest.importorskip("torch")
+    llama = kvtutor.LlamaModel.random(LLAMA_CFG, seed=1)
+    gpt2 = kvtutor.NumpyModel.random(GPT2_CFG, seed=1)
+    builders = {
+        "TorchModel.random": lambda **kw: kvtutor.TorchModel.random(GPT2_CFG, **kw),
+        "TorchModel.random_on_device": lambda **kw: kvtutor.TorchModel.random_on_device(GPT2_CFG, **kw),
+        "TorchModel.from_numpy": lambda **kw: kvtutor.TorchModel.from_numpy(gpt2, **kw),
+        "TorchModel.from_gpt2_state_dict": lambda **kw: kvtutor.TorchModel.from_gpt2_state_dict(
+            gpt2.to_gpt2_state_dict(), 2, **kw),
+        "TorchLlamaModel.random": lambda **kw: kvtutor.TorchLlamaModel.random(LLAMA_CFG, **kw),
+        "TorchLlamaModel.from_numpy": lambda **kw: kvtutor.TorchLlamaModel.from_numpy(llama, **kw),
+        "TorchLlamaModel.from_llama_state_dict": lambda **kw: kvtutor.TorchLlamaModel.from_llama_state_dict(
+            llama.to_llama_state_dict(), LLAMA_CFG, **kw),
+    }  # fmt: skip
+    choices = r"expected one of float32, float64, float16, bfloat16 \(the dtypes matmuls run in on cpu\)"
+    bad = [
+        ({"dtype": torch.float8_e4m3fn}, ValueError, rf"^dtype: {choices}, got torch.float8_e4m3fn"),
+        ({"dtype": "fp8"}, ValueError, rf"^dtype: {choices}, got torch.float8_e4m3fn"),
+        ({"dtype": torch.float8_e5m2}, ValueError, rf"^dtype: {choices}, got torch.float8_e5m2"),
+        ({"dtype": torch.int32}, TypeError, r"^dtype: expected a floating torch.dtype"),
+        ({"device": "meta"}, ValueError, r"^device: expected 'cpu', 'cuda' or 'mps' \(present: cpu"),
+        (
+            {"device": "tpu"},
+            ValueError,
+            r"^device: expected a torch device such as 'cpu' or 'cuda', got 'tpu'",
+        ),
+    ]
+    if not torch.backends.mps.is_available():
+        bad.append(({"device": "mps"}, ValueError, r"^device: expected an available device, got mps but MPS"))
+    if not torch.cuda.is_available():
+        bad.append(({"device": "cuda"}, ValueError, r"^device: .*CUDA is not available \(present: cpu\)"))
+    else:
+        n = torch.cuda.device_count()
+        bad.append(
+            ({"device": f"cuda:{n}"}, ValueError, rf"^device: expected an available device, got cuda:{n}")
+        )
+    for name, build in builders.items():
+        for kwargs, exc, match in bad:
+            with pytest.raises(exc, match=match):
+                build(**{"device": "cpu", **kwargs})
+        assert build(device="cpu", dtype=torch.float16).dtype == torch.float16, name
+
+
+# ---------------------------------------------------------------- flash: checked up front
+
+
+def test_flash_kernels_check_shapes_and_dtypes_up_front():
+    """A key head size unlike the query's, an integer dtype or mixed dtypes used to surface as a
+    RuntimeError from inside torch; sdpa_backend(device="cuda") without CUDA as an AssertionError."""
+    torch = pytest.importorskip("torch")
+    from kvtutor import flash
+
+    q, k, v = torch.randn(1, 4, 2, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    k6, kh = torch.randn(1, 2, 5, 6), torch.randn(1, 4, 5, 6)
+    inputs = [t.clone() for t in (q, k, v)]
+    m, l, acc = torch.zeros(1, 4, 2), torch.ones(1, 4, 2), torch.zeros(1, 4, 2, 8)
+    part = flash.attend_split_torch(q, *[torch.randn(1, 4, 5, 8)] * 2)
+    half = flash.attend_split_torch(q[:, :2], *[torch.randn(1, 2, 5, 8)] * 2)
+    cases = [
+        (lambda: flash.plain_attention_torch(q, k6, k6), ValueError,
+         r"^k_BHSK: expected head dimension K = 8 \(q_BHTK's\), got 6"),
+        (lambda: flash.plain_attention_torch(q.int(), k.int(), v.int()), TypeError,
+         r"^q_BHTK: expected a floating torch tensor, got dtype torch.int32"),
+        (lambda: flash.plain_attention_torch(q, k.bfloat16(), v.bfloat16()), ValueError,
+         r"^k_BHSK: expected q_BHTK's dtype torch.float32, got torch.bfloat16"),
+        (lambda: flash.attend_split_torch(q, kh, kh), ValueError, r"^k_BHPK: expected K = 8 \(q_BHTK's\)"),
+        (lambda: flash.attend_split_torch(q, k, v), ValueError, r"^k_BHPK: expected H = 4 \(q_BHTK's\)"),
+        (lambda: flash.attend_split_torch(q, k.double(), v), ValueError, r"^k_BHPK: expected q_BHTK's dtype"),
+        (lambda: flash.online_softmax_step_torch(m, l, acc, torch.randn(1, 4, 2, 5), torch.randn(1, 4, 5, 6)),
+         ValueError, r"^v_BHPK: expected K = 8 \(acc_BHTK's\)"),
+        (lambda: flash.online_softmax_step_torch(m.int(), l, acc, torch.randn(1, 4, 2, 5), v), TypeError,
+         r"^m_BHT: expected a floating torch tensor, got dtype torch.int32"),
+        (lambda: flash.online_softmax_step_torch(m, l, acc, torch.randn(1, 4, 2, 0), v[:, :, :0]), ValueError,
+         r"^s_BHTP: expected 4 dimensions \[B, H, T, P\], each >= 1, got shape \[1, 4, 2, 0\]"),
+        (lambda: flash.combine_splits_torch([]), ValueError, r"^partials: expected a non-empty list"),
+        (lambda: flash.combine_splits_torch([part, half]), ValueError,
+         r"^partials\[1\].o_BHTK: expected H = 4 \(partials\[0\].o_BHTK's\)"),
+        (lambda: flash.combine_splits_torch([part, "x"]), TypeError,
+         r"^partials\[1\]: expected a TorchPartial"),
+        (lambda: flash.sdpa_backend(dtype="int8", device="cpu"), TypeError, r"^dtype: expected a floating"),
+        (lambda: flash.sdpa_backend(dtype="fp8", device="cpu"), ValueError,
+         r"^dtype: expected one of float32"),
+        (lambda: flash.sdpa_backend(device="meta"), ValueError, r"^device: expected 'cpu', 'cuda' or 'mps'"),
+        (lambda: flash.measure_decode_attention((8,), dtype="int8", device="cpu"), TypeError, r"^dtype:"),
+    ]  # fmt: skip
+    if not torch.cuda.is_available():
+        cases += [
+            (lambda: flash.sdpa_backend(device="cuda"), ValueError, r"^device: .* CUDA is not available"),
+            (lambda: flash.measure_decode_attention((8,), device="cuda"), ValueError, r"^device: .*CUDA"),
+        ]
+    for call, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            call()
+    for a, b in zip(inputs, (q, k, v), strict=True):
+        assert torch.equal(a, b)  # nothing written into the inputs
+    assert flash.combine_splits_torch([part, part]).o_BHTK.shape == (1, 4, 2, 8)
+    assert flash.plain_attention_torch(q, k, v).shape == (1, 4, 2, 8)
+
+
+# ---------------------------------------------------------------- the memory calculator: no raw errors
+
+
+BIG = str(10**400)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--memory-gib", "1e300"], "--memory-gib: expected at most 1,073,741,824 GiB (1 EiB), got 1e+300"),
+    (["--memory-gib", "1073741825"], "--memory-gib: expected at most 1,073,741,824 GiB (1 EiB), "
+                                     "got 1,073,741,825.0"),
+    (["--memory-gib", "inf"], "--memory-gib: expected a finite number of GiB > 0, got inf"),
+    (["--seq-len", BIG], "--seq-len: expected at most 1,099,511,627,776, got about 10**400"),
+    (["--batch", BIG], "--batch: expected at most 1,099,511,627,776, got about 10**400"),
+    (["--batch", str(2**40 + 1)], "--batch: expected at most 1,099,511,627,776, got 1,099,511,627,777"),
+])  # fmt: skip
+def test_absurd_sizes_get_one_line_and_exit_2(capsys, argv, message):
+    """--memory-gib 1e300 used to end in a traceback (OverflowError), so did a huge --seq-len or --batch."""
+    from kvtutor import memory
+
+    assert memory.main(["llama-3-8b", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"kv-memory: error: {message}\n"
+
+
+def test_kv_memory_refuses_absurd_budgets_and_counts():
+    from kvtutor.hf_config import load_model_spec
+    from kvtutor.memory import kv_memory
+
+    spec = load_model_spec("llama-3-8b")
+    for kwargs, match in [
+        ({"memory_gib": 1e300}, r"^memory_gib: expected at most 1,073,741,824 GiB \(1 EiB\), got 1e\+300$"),
+        ({"memory_gib": 10**400}, r"^memory_gib: expected at most .* got about 10\*\*400$"),
+        ({"memory_gib": float("nan")}, r"^memory_gib: expected a finite number of GiB > 0, got nan$"),
+        ({"seq_len": 2**40 + 1}, r"^seq_len: expected at most 1,099,511,627,776, got 1,099,511,627,777$"),
+        ({"batch": 10**400}, r"^batch: expected at most 1,099,511,627,776, got about 10\*\*400$"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            kv_memory(spec, **{"seq_len": 1024, **kwargs})
+    at_the_bounds = kv_memory(spec, 2**40, 2**40, memory_gib=2**30)  # the bounds themselves are accepted
+    assert at_the_bounds.max_batch == 7 and not at_the_bounds.fits
+    assert "largest batch that fits: 7" in kvtutor.memory.format_report(at_the_bounds)
+
+
+def _config_file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+LLAMA_JSON = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64}  # fmt: skip
+
+
+def test_every_bad_config_file_gets_one_line_naming_the_file(tmp_path, capsys):
+    """JSON nested 100000 deep used to raise RecursionError; an int of 5000 digits a ValueError that
+    named no file; a size of 10**400 an OverflowError in the report; an unhashable layer_types entry
+    a TypeError; a size the spec refuses named no file."""
+    import json
+
+    from kvtutor import memory
+    from kvtutor.hf_config import read_hf_config
+
+    nested = [1]
+    for _ in range(600):
+        nested = [nested]
+    files = {
+        "deep.json": ("[" * 100_000 + "]" * 100_000, "nests its JSON too deep to read"),
+        "digits.json": ('{"vocab_size": ' + "1" * 5000 + "}", "could not be read as JSON (Exceeds the limit"),
+        "huge.json": (json.dumps({**LLAMA_JSON, "num_hidden_layers": 10**400}),
+                      "config['num_hidden_layers'] in {path}: expected at most 1,099,511,627,776, "
+                      "got about 10**400"),
+        "types.json": (json.dumps({**LLAMA_JSON, "sliding_window": 4, "layer_types": [[1], [2]]}),
+                       "config['layer_types'] in {path}: expected 'sliding_attention' or 'full_attention'"),
+        "nested.json": (json.dumps({**LLAMA_JSON, "sliding_window": nested}), "characters)"),
+        "experts.json": (json.dumps({**LLAMA_JSON, "model_type": "mixtral", "num_local_experts": 2,
+                                     "num_experts_per_tok": 4}), "(in {path})"),
+    }  # fmt: skip
+    for name, (text, message) in files.items():
+        path = _config_file(tmp_path, name, text)
+        message = message.format(path=path)
+        with pytest.raises(ValueError) as info:
+            read_hf_config(path)
+        assert message in str(info.value) and path in str(info.value), str(info.value)
+        assert len(str(info.value)) < 400 and "\n" not in str(info.value)
+        assert memory.main([path]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_an_int_too_large_for_a_float_is_refused_not_overflowed(toy_model):
+    """math.isfinite(10**400) raises OverflowError: the checkers compare instead."""
+    with pytest.raises(ValueError, match=r"^temperature: expected >= 0 and finite, got 1000"):
+        toy_model.generate([1], 2, temperature=10**400)
+    with pytest.raises(ValueError, match=r"^config\['rope_theta'\]: expected a finite number > 0, got 1000"):
+        kvtutor.LlamaConfig.from_hf({**LLAMA_JSON, "rope_theta": 10**400})
+    with pytest.raises(
+        ValueError, match=r"^rope_theta: expected a finite number > 0, got an int of 1329 bits"
+    ):
+        kvtutor.LlamaConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=16, d_ff=32,
+                            rope_theta=10**400)  # fmt: skip

@@ -265,23 +265,24 @@ def test_attention_core_takes_the_mask_from_the_cache(toy_model):
 def test_protocol_matches_the_banded_cache_at_the_kept_positions(data):
     """Any sequence of calls, good or bad: the ring gives the banded cache's errors and lengths,
     returns its rows at the positions it attends, and holds its rows at the positions it keeps;
-    only a truncate that would need evicted rows is refused (and changes nothing)."""
+    only a truncate that would need rows evicted before the last advance is refused (and changes
+    nothing): what the last advance pushed out comes back."""
     n_layers, n_heads, d_head, capacity = 2, 2, 3, data.draw(st.integers(1, 10))
     window = data.draw(st.integers(1, capacity))
     n_sink = data.draw(st.integers(0, window - 1))
     banded = BandedKVCache(n_layers, n_heads, capacity, d_head, window, n_sink)
     ring = SlidingWindowKVCache(n_layers, n_heads, capacity, d_head, window, n_sink)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    restorable = np.zeros(0, np.int64)  # what the last advance pushed out of the ring, or dropped
     for kind, layer, count, shape in data.draw(operations(n_layers, n_heads, d_head, capacity)):
+        held, start = ring.positions(), len(ring)
         n = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 1
         k = rng.standard_normal((n_heads + (shape == "heads"), n, d_head)).astype(np.float32)
         v = rng.standard_normal((n_heads, n + (shape == "mismatch"), d_head)).astype(np.float32)
         k = k.tolist() if shape == "list" else k
         if kind == "truncate" and isinstance(count, int) and not isinstance(count, bool):
-            if (
-                0 <= count <= len(ring)
-                and np.setdiff1d(kept_positions(count, window, n_sink), ring.positions()).size
-            ):
+            lost = np.setdiff1d(kept_positions(count, window, n_sink), ring.positions())
+            if 0 <= count <= len(ring) and np.setdiff1d(lost, restorable).size:
                 before = cache_state(ring)
                 with pytest.raises(ValueError, match="which this window has evicted"):
                     ring.truncate(count)
@@ -306,6 +307,8 @@ def test_protocol_matches_the_banded_cache_at_the_kept_positions(data):
                 results.append((type(exc), str(exc)))
         (tag_b, got_b), (tag_r, got_r) = results
         assert tag_b == tag_r, (kind, layer, count, shape, got_b, got_r)
+        if kind == "advance" and tag_b == "ok" and len(ring) > start:
+            restorable = np.concatenate([held, np.arange(start, len(ring))])
         if tag_b == "ok" and got_b is not None:
             for a, b in zip(got_b, got_r, strict=True):
                 np.testing.assert_array_equal(a, b)
@@ -370,17 +373,66 @@ def test_truncate_refuses_evicted_rows_and_allows_the_rest(toy_model):
     cache.truncate(2)  # nothing evicted yet: any length
     assert len(cache) == 2 and cache.positions().tolist() == [0, 1]
     toy_model.forward([5, 6, 7, 8], cache)  # 6 positions: 1 and 2 evicted
+    toy_model.decode_step(9, cache)  # 7 positions: 3 evicted too, by the last advance
     before = full_state(cache)
     with pytest.raises(
-        ValueError, match=r"^length: a cache of length 5 keeps positions 2\.\.2, which this window"
+        ValueError, match=r"^length: a cache of length 5 keeps positions 2\.\.3, which this window"
     ):
-        cache.truncate(5)
+        cache.truncate(5)  # 3 could come back, 2 not: refused, nothing changed
     assert_same_state(before, full_state(cache))
-    cache.truncate(6)  # the current length: a no-op
+    cache.truncate(7)  # the current length: a no-op
     assert_same_state(before, full_state(cache))
     cache.truncate(1)  # only the sink
     assert cache.positions().tolist() == [0] and cache.nbytes == cache.reserved_nbytes // 4
     np.testing.assert_array_equal(cache.keys(0), before[1][0][:, :1])
+
+
+@pytest.mark.parametrize(("window", "n_sink"), [(3, 0), (4, 1), (2, 1)])
+@pytest.mark.parametrize("chunk", [1, 2, 5])  # 5: longer than the ring, rows dropped from it come back too
+def test_truncate_undoes_the_last_advance(toy_model, window, n_sink, chunk):
+    """Any length back to where the last advance started: the same rows, and the same logits after,
+    as a cache that never saw the rows truncated away (up to the rounding of another chunking)."""
+    ids, more = [1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12][:chunk]
+    for length in range(len(ids), len(ids) + chunk + 1):
+        cache = SlidingWindowKVCache.for_model(toy_model, window, n_sink)
+        toy_model.prefill(ids, cache)
+        toy_model.forward(more, cache)
+        cache.truncate(length)
+        ref = SlidingWindowKVCache.for_model(toy_model, window, n_sink)
+        toy_model.prefill((ids + more)[:length], ref)
+        (n, got), (n_ref, want) = cache_state(cache), cache_state(ref)
+        assert n == n_ref == length and cache.positions().tolist() == ref.positions().tolist()
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            toy_model.decode_step(13, cache), toy_model.decode_step(13, ref), rtol=1e-5, atol=1e-5
+        )
+
+
+@pytest.mark.parametrize(("window", "n_sink"), [(4, 0), (3, 1), (2, 0), (6, 2)])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_speculative_decoding_rolls_back_within_the_window(toy_model, window, n_sink, k):
+    """speculative_generate on a window cache used to fail part-way (a rejected guess needed rows the
+    ring had evicted; the message was about ``length``, an argument never passed) and left the cache
+    empty. The ring keeps what the last advance pushed out, so every round rolls back: the tokens
+    are plain greedy decoding's on the same window, and the cache ends holding the same rows."""
+    from kvtutor.speculative import PromptLookupDraft, layer_cut_draft, speculative_run
+
+    prompt = [1, 2, 3, 1, 2, 3, 1]
+    n_new = toy_model.config.max_seq_len - len(prompt) + 1
+    plain = SlidingWindowKVCache.for_model(toy_model, window, n_sink)
+    want = toy_model.generate(prompt, n_new, cache=plain)
+    rejected = 0
+    for draft in (PromptLookupDraft(), layer_cut_draft(toy_model, 1)):
+        cache = SlidingWindowKVCache.for_model(toy_model, window, n_sink)
+        result = speculative_run(toy_model, draft, prompt, n_new, k=k, cache=cache)
+        assert result.tokens == want
+        rejected += sum(p - a for p, a in zip(result.proposed, result.accepted, strict=True))
+        (n, got), (n_plain, rows) = cache_state(cache), cache_state(plain)
+        assert n == n_plain == len(prompt) + n_new - 1
+        for a, b in zip(got, rows, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert rejected > 0  # guesses were rolled back past what the window had evicted
 
 
 @pytest.mark.parametrize(

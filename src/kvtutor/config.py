@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .text import TEXT_WIDTH, fields_call
+from .validate import check_scale
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,7 @@ class ModelConfig:
             raise ValueError(
                 f"n_kv_heads: expected a divisor of n_heads={self.n_heads}, got {self.n_kv_heads}"
             )
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps: expected > 0, got {self.layer_norm_eps}")
+        check_scale("layer_norm_eps", self.layer_norm_eps)  # inf would make every LayerNorm output its bias
 
     def __str__(self) -> str:
         """The same fields as ``repr()``, wrapped to fit ``TEXT_WIDTH`` columns."""

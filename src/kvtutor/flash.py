@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .numpy_model import apply_mask, attention_scores, repeat_kv
-from .validate import check_int
+from .validate import check_int, check_qkv, check_tensors, torch_compute_dtype, torch_device
 
 __all__ = [
     "key_blocks", "block_mask", "online_softmax_step", "online_softmax_attention", "Partial",
@@ -42,58 +42,6 @@ __all__ = [
     "split_kv_decode_torch", "plain_attention_torch", "SDPA_BACKENDS", "SDPABackend", "sdpa_backend",
     "measure_decode_attention",
 ]  # fmt: skip
-
-
-# ---------------------------------------------------------------- argument checks
-
-
-def _inputs(q: Any, k: Any, v: Any, q_name: str, causal: bool = False) -> tuple[Any, Any, Any, int, int]:
-    """Check q, k, v -> (q, k, v, H // Hkv, S), or a TypeError/ValueError naming the argument, what
-    was expected and what came. A q_name that starts with "q_B" wants torch tensors [B, H, T, K],
-    [B, Hkv, S, K] twice, else NumPy array-likes [H, T, K], [Hkv, S, K]; a decode query (q_name
-    "q_HK"/"q_BHK", [.., H, K] or [.., H, 1, K]) comes back as [.., H, 1, K]."""
-    batched, decode = q_name.startswith("q_B"), q_name in ("q_HK", "q_BHK")
-    k_name, v_name = ("k_BHSK", "v_BHSK") if batched else ("k_HSK", "v_HSK")
-    if batched:
-        import torch
-
-    for x, name in zip((q, k, v), (q_name, k_name, v_name), strict=True):
-        if batched and not (isinstance(x, torch.Tensor) and x.is_floating_point()):
-            what = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
-            raise TypeError(f"{name}: expected a floating torch tensor, got {what}")
-        if not batched and not np.issubdtype(np.asarray(x).dtype, np.floating):
-            raise TypeError(f"{name}: expected a floating array (float32 or float64), got dtype "
-                            f"{np.asarray(x).dtype}")  # fmt: skip
-    if not batched:
-        q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    ndim = 4 if batched else 3
-    if decode and q.ndim == ndim - 1:
-        q = q[..., None, :]
-    elif decode and (q.ndim != ndim or q.shape[-2] != 1):
-        want = "[B, H, K] or [B, H, 1, K]" if batched else "[H, K] or [H, 1, K]"
-        raise ValueError(f"{q_name}: expected one query per head, {want}, got shape {list(q.shape)}")
-    for x, name in zip((q, k, v), (q_name, k_name, v_name), strict=True):
-        if x.ndim != ndim:
-            raise ValueError(f"{name}: expected {ndim} dimensions [{', '.join(name[2:])}], got shape "
-                             f"{list(x.shape)}")  # fmt: skip
-    (*_, h, t, d), (*_, h_kv, s, d_k) = q.shape, k.shape
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError(f"{v_name}: expected the shape of {k_name}, {list(k.shape)}, got {list(v.shape)}")
-    if batched and k.shape[0] != q.shape[0]:
-        raise ValueError(f"{k_name}: expected batch size {q.shape[0]} ({q_name}'s), got {k.shape[0]}")
-    if t < 1 or d < 1:
-        raise ValueError(f"{q_name}: expected at least one query and K >= 1, got shape {list(q.shape)}")
-    if d_k != d:
-        raise ValueError(f"{k_name}: expected head dimension K = {d} ({q_name}'s), got {d_k}")
-    if s < 1:
-        raise ValueError(f"{k_name}: expected at least one key, got S = 0")
-    if h_kv < 1 or h % h_kv:
-        raise ValueError(f"{k_name}: expected a number of KV heads that divides H = {h} ({q_name}'s "
-                         f"heads), got {h_kv}")  # fmt: skip
-    if causal and t > s:
-        raise ValueError(f"{q_name}: expected at most S = {s} queries under the causal mask (query t "
-                         f"sits at position S - T + t), got T = {t}")  # fmt: skip
-    return q, k, v, h // h_kv, s
 
 
 # ---------------------------------------------------------------- FlashAttention: online softmax
@@ -150,7 +98,7 @@ def online_softmax_attention(
 
     ``trace``, if a list, receives a dict per block: lo, hi, its scores
     s_HTP and the running m_HT, l_HT, acc_HTK after it."""
-    q_HTK, k_HSK, v_HSK, group, n_keys = _inputs(
+    q_HTK, k_HSK, v_HSK, group, n_keys = check_qkv(
         q_HTK, k_HSK, v_HSK, "q_HTK", causal
     )  # fmt: skip
     block_size = check_int("block_size", block_size, low=1)
@@ -241,7 +189,7 @@ def split_kv_decode(
     """[H,K] or [H,1,K], [Hkv,S,K], [Hkv,S,K], N -> shaped like q: one query
     per head against S keys in N splits, merged by combine_splits."""
     squeeze = np.ndim(q_HK) == 2  # [H,K] in, [H,K] out
-    q_H1K, k_HSK, v_HSK, group, n_keys = _inputs(
+    q_H1K, k_HSK, v_HSK, group, n_keys = check_qkv(
         q_HK, k_HSK, v_HSK, "q_HK"
     )  # fmt: skip
     n_splits = check_int("n_splits", n_splits, low=1, high=n_keys)
@@ -286,7 +234,15 @@ def online_softmax_step_torch(
     v_BHPK: Any,
 ) -> tuple[Any, Any, Any]:
     """[B,H,T], [B,H,T], [B,H,T,K], [B,H,T,P], [B,H,P,K] -> m, l, acc:
-    online_softmax_step in torch."""
+    online_softmax_step in torch (floating tensors of one dtype and device)."""
+    check_tensors({"m_BHT": m_BHT, "l_BHT": l_BHT, "acc_BHTK": acc_BHTK, "s_BHTP": s_BHTP, "v_BHPK": v_BHPK})
+    return _online_softmax_step_torch(m_BHT, l_BHT, acc_BHTK, s_BHTP, v_BHPK)
+
+
+def _online_softmax_step_torch(
+    m_BHT: Any, l_BHT: Any, acc_BHTK: Any, s_BHTP: Any, v_BHPK: Any
+) -> tuple[Any, Any, Any]:
+    """``online_softmax_step_torch`` without its checks (for callers that checked their inputs)."""
     import torch
 
     m_new_BHT = torch.maximum(m_BHT, s_BHTP.amax(dim=-1))
@@ -308,7 +264,7 @@ def online_softmax_attention_torch(
     online_softmax_attention; a KV head's G query heads are its G*T rows."""
     import torch
 
-    q_BHTK, k_BHSK, v_BHSK, group, n_keys = _inputs(
+    q_BHTK, k_BHSK, v_BHSK, group, n_keys = check_qkv(
         q_BHTK, k_BHSK, v_BHSK, "q_BHTK", causal
     )  # fmt: skip
     block_size = check_int("block_size", block_size, low=1)
@@ -331,7 +287,7 @@ def online_softmax_attention_torch(
             keys_P = torch.arange(lo, hi, device=device)
             mask_TP = keys_P[None, :] <= pos_T[:, None]
             s_BHTP = s_BHTP.masked_fill(~mask_TP, -math.inf)
-        m_BHT, l_BHT, acc_BHTK = online_softmax_step_torch(
+        m_BHT, l_BHT, acc_BHTK = _online_softmax_step_torch(
             m_BHT, l_BHT, acc_BHTK, s_BHTP, v_BHPK
         )  # fmt: skip
     o_BHTK = acc_BHTK / l_BHT[..., None]
@@ -354,7 +310,14 @@ def attend_split_torch(
     """[B,H,T,K], [B,H,P,K], [B,H,P,K] -> TorchPartial: attend_split in
     torch. K and V are read in their own dtype (bf16 stays bf16, P is
     rounded to it for P V, as in the real kernels); the scores, max, sum
-    and output are kept in at least float32."""
+    and output are kept in at least float32. One dtype and device for all
+    three; H and K the same in q and k."""
+    check_tensors({"q_BHTK": q_BHTK, "k_BHPK": k_BHPK, "v_BHPK": v_BHPK})
+    return _attend_split_torch(q_BHTK, k_BHPK, v_BHPK)
+
+
+def _attend_split_torch(q_BHTK: Any, k_BHPK: Any, v_BHPK: Any) -> TorchPartial:
+    """``attend_split_torch`` without its checks (for callers that checked their inputs)."""
     import torch
 
     dtype = q_BHTK.dtype if q_BHTK.dtype.itemsize >= 4 else torch.float32
@@ -368,7 +331,20 @@ def attend_split_torch(
 
 def combine_splits_torch(partials: Sequence[TorchPartial]) -> TorchPartial:
     """N TorchPartials -> one TorchPartial over all their keys: combine_splits
-    in torch."""
+    in torch (N >= 1, all of one shape, dtype and device)."""
+    if isinstance(partials, (str, bytes)) or not isinstance(partials, Sequence) or not partials:
+        raise ValueError(f"partials: expected a non-empty list of TorchPartial, got {partials!r:.60}")
+    named = {}
+    for i, p in enumerate(partials):
+        if not (isinstance(p, tuple) and len(p) == 3):
+            raise TypeError(f"partials[{i}]: expected a TorchPartial (o, m, lse), got {type(p).__name__}")
+        named |= {f"partials[{i}].{n}": t for n, t in zip(("o_BHTK", "m_BHT", "lse_BHT"), p, strict=True)}
+    check_tensors(named)
+    return _combine_splits_torch(partials)
+
+
+def _combine_splits_torch(partials: Sequence[TorchPartial]) -> TorchPartial:
+    """``combine_splits_torch`` without its checks (for callers that checked their inputs)."""
     import torch
 
     o_NBHTK = torch.stack([p.o_BHTK for p in partials])
@@ -390,7 +366,7 @@ def split_kv_decode_torch(
     """[B,H,K] or [B,H,1,K], [B,Hkv,S,K], [B,Hkv,S,K], N -> shaped like q:
     the batched split_kv_decode; a KV head's G query heads are its G rows."""
     squeeze = getattr(q_BHK, "ndim", 0) == 3  # [B,H,K] in, [B,H,K] out
-    q_BH1K, k_BHSK, v_BHSK, group, n_keys = _inputs(
+    q_BH1K, k_BHSK, v_BHSK, group, n_keys = check_qkv(
         q_BHK, k_BHSK, v_BHSK, "q_BHK"
     )  # fmt: skip
     n_splits = check_int("n_splits", n_splits, low=1, high=n_keys)
@@ -398,21 +374,28 @@ def split_kv_decode_torch(
     b, h, _, d_head = q_BH1K.shape
     q_BHTK = _rows(q_BH1K, h // group).to(out_dtype)  # T = G rows
     partials = [
-        attend_split_torch(
+        _attend_split_torch(
             q_BHTK,
             k_BHSK[:, :, lo:hi].to(out_dtype),
             v_BHSK[:, :, lo:hi].to(out_dtype),
         )
         for lo, hi in split_bounds(n_keys, n_splits)
     ]
-    o_BHTK = combine_splits_torch(partials).o_BHTK
+    o_BHTK = _combine_splits_torch(partials).o_BHTK
     o_BH1K = o_BHTK.reshape(b, h, 1, d_head).to(out_dtype)
     return o_BH1K[:, :, 0] if squeeze else o_BH1K
 
 
 def plain_attention_torch(q_BHTK: Any, k_BHSK: Any, v_BHSK: Any) -> Any:
     """[B,H,T,K], [B,Hkv,S,K], [B,Hkv,S,K] -> [B,H,T,K], no mask (decode):
-    scores, softmax and A V as three separate ops, each through memory."""
+    scores, softmax and A V as three separate ops, each through memory (one
+    dtype and device for all three)."""
+    check_qkv(q_BHTK, k_BHSK, v_BHSK, "q_BHTK", same_dtype=True)
+    return _plain_attention_torch(q_BHTK, k_BHSK, v_BHSK)
+
+
+def _plain_attention_torch(q_BHTK: Any, k_BHSK: Any, v_BHSK: Any) -> Any:
+    """``plain_attention_torch`` without its checks (for callers that checked their inputs)."""
     import torch
 
     b, h, n_queries, d_head = q_BHTK.shape
@@ -490,8 +473,6 @@ def sdpa_backend(
     import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
 
-    from .validate import default_device, torch_dtype
-
     n = _sizes(
         n_queries=n_queries,
         n_keys=n_keys,
@@ -501,7 +482,8 @@ def sdpa_backend(
         batch_size=batch_size,
     )
     b, d, h_kv = n["batch_size"], n["d_head"], n["n_kv_heads"]
-    like = {"dtype": torch_dtype(dtype), "device": device or default_device()}
+    dev = torch_device(device)
+    like = {"dtype": torch_compute_dtype(dtype, dev), "device": dev}
     q = torch.zeros(b, n["n_heads"], n["n_queries"], d, **like)
     k = torch.zeros(b, h_kv, n["n_keys"], d, **like)  # values don't matter
     gqa = h_kv != n["n_heads"]
@@ -524,7 +506,7 @@ def _decode_ways(q_BHK: Any, k_BHSK: Any, v_BHSK: Any, n_splits: int) -> dict[st
 
     q_BHTK, gqa = q_BHK[:, :, None], k_BHSK.shape[1] != q_BHK.shape[1]
     return {
-        "plain": lambda: plain_attention_torch(q_BHTK, k_BHSK, v_BHSK),
+        "plain": lambda: _plain_attention_torch(q_BHTK, k_BHSK, v_BHSK),
         "sdpa": lambda: F.scaled_dot_product_attention(q_BHTK, k_BHSK, v_BHSK, enable_gqa=gqa),
         "split_kv": lambda: split_kv_decode_torch(q_BHK, k_BHSK, v_BHSK, n_splits),
     }
@@ -559,7 +541,6 @@ def measure_decode_attention(
     import torch
 
     from .timing import count_ops, gemv_probe, time_fn
-    from .validate import default_device, torch_dtype
 
     if isinstance(contexts, str) or not contexts:
         raise ValueError(f"contexts: expected key counts, got {contexts!r}")
@@ -569,8 +550,9 @@ def measure_decode_attention(
     rounds = check_int("rounds", rounds, low=1)
     if not min_run_time > 0:
         raise ValueError(f"min_run_time: expected > 0 s, got {min_run_time}")
-    device = device or default_device()
-    like = {"dtype": torch_dtype(dtype), "device": device}
+    dev = torch_device(device)
+    device = str(dev)
+    like = {"dtype": torch_compute_dtype(dtype, dev), "device": dev}
     q_BHK = torch.randn(1, n["n_heads"], n["d_head"], **like)
     shape = (1, n["n_kv_heads"], max(contexts), n["d_head"])
     k_BHMK, v_BHMK = (torch.empty(shape, **like).uniform_(-1, 1) for _ in "kv")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .config import ModelConfig
-from .validate import check_float_dtype
+from .validate import check_float_dtype, check_seed
 
 
 @dataclass
@@ -120,7 +120,10 @@ def _split_layer(get, p: str, cfg: ModelConfig) -> LayerWeights:
 
 def random_weights(cfg: ModelConfig, seed: int = 0, dtype=np.float32) -> GPT2Weights:
     """Normal(0, 0.02) matrices, LayerNorm gains near 1, small biases: a GPT-2-like draw."""
-    rng = np.random.default_rng(seed)
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(cfg).__name__}")
+    dtype = check_float_dtype(dtype)
+    rng = np.random.default_rng(check_seed(seed))
 
     def draw(shape: tuple[int, ...], name: str) -> np.ndarray:
         if name.startswith("ln"):

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .model_spec import ModelSpec
+from .validate import MAX_COUNT, check_at_most
 
 __all__ = [
     "ModelSpec",
@@ -139,15 +140,15 @@ class _Reader:
             raise ValueError(f"config: missing key {key!r}{where}")
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             kind = "a positive int" if low == 1 else f"an int >= {low}"
-            raise ValueError(f"{self._label(key)}: expected {kind}, got {value!r}")
-        return value
+            raise ValueError(f"{self._label(key)}: expected {kind}, got {_shown(value)}")
+        return check_at_most(self._label(key), value, MAX_COUNT)
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key)
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ValueError(f"{self._label(key)}: expected true or false, got {value!r}")
+            raise ValueError(f"{self._label(key)}: expected true or false, got {_shown(value)}")
         return value
 
     def layer_list(self, key: str, n_layers: int) -> list[int]:
@@ -158,9 +159,19 @@ class _Reader:
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_layers for i in value
         ):
             raise ValueError(
-                f"{self._label(key)}: expected a list of layer indices 0 .. {n_layers - 1}, got {value!r}"
+                f"{self._label(key)}: expected a list of layer indices 0 .. {n_layers - 1}, "
+                f"got {_shown(value)}"
             )
         return value
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a message, cut short past 200 characters (a config value can be huge)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):  # nested too deep, or an int of too many digits
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= 200 else f"{text[:150]}... ({len(text):,} characters)"
 
 
 def _is_off(value: Any) -> bool:
@@ -181,7 +192,7 @@ def _check_honoured(r: _Reader, model_type: str) -> None:
             continue
         raise ValueError(
             f"{r._label(key)}: model_type {model_type!r} does not use this key, and the calculator "
-            f"cannot honour {key}={value!r}: it would change the sizes in a way it does not model"
+            f"cannot honour {key}={_shown(value)}: it would change the sizes in a way it does not model"
         )
     if r.bool("mlp_bias", False):
         raise ValueError(f"{r._label('mlp_bias')}: biases on the MLP are not modelled; expected false")
@@ -194,15 +205,15 @@ def _sliding_layers(r: _Reader, model_type: str, n_layers: int) -> tuple[int | N
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != n_layers:
             raise ValueError(
-                f"{r._label('layer_types')}: expected a list of {n_layers} strings, got {layer_types!r}"
+                f"{r._label('layer_types')}: expected a list of {n_layers} strings, got {_shown(layer_types)}"
             )
-        unknown = sorted(
-            {t for t in layer_types if t not in ("sliding_attention", "full_attention")}, key=str
+        unknown = sorted(  # a list, not a set: an entry may be a list or a dict
+            [t for t in layer_types if t not in ("sliding_attention", "full_attention")], key=str
         )
         if unknown:
             raise ValueError(
                 f"{r._label('layer_types')}: expected 'sliding_attention' or 'full_attention' entries, "
-                f"got {unknown[0]!r} (not modelled)"
+                f"got {_shown(unknown[0])} (not modelled)"
             )
         n_sliding = sum(t == "sliding_attention" for t in layer_types)
         if n_sliding and window is None:
@@ -236,10 +247,10 @@ def _model_type(r: _Reader, config: Mapping[str, Any]) -> str:
             '(add "model_type": "llama" for a Llama-style model)'
         )
     if not isinstance(model_type, str):
-        raise ValueError(f"{r._label('model_type')}: expected a string, got {model_type!r}")
+        raise ValueError(f"{r._label('model_type')}: expected a string, got {_shown(model_type)}")
     if model_type not in MODEL_TYPES:
         raise ValueError(
-            f"{r._label('model_type')}: expected one of {known}, got {model_type!r} "
+            f"{r._label('model_type')}: expected one of {known}, got {_shown(model_type)} "
             "(its cache layout is not known to the calculator, and a guess could be wrong)"
         )
     return model_type
@@ -392,10 +403,21 @@ def read_hf_config(path: str | os.PathLike, name: str = "") -> ModelSpec:
         config = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"path: {str(p)!r} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"path: {str(p)!r} nests its JSON too deep to read (a malformed config)") from None
+    except (OSError, ValueError) as exc:  # unreadable, or an int of more digits than Python converts
+        raise ValueError(f"path: {str(p)!r} could not be read as JSON ({exc})") from None
     if not isinstance(config, dict):
         raise ValueError(f"path: {str(p)!r} holds a JSON {type(config).__name__}, expected an object")
     default_name = p.parent.name if p.name == "config.json" else p.stem
-    return spec_from_dict(config, name or default_name, where=str(p))
+    try:
+        return spec_from_dict(config, name or default_name, where=str(p))
+    except RecursionError:
+        raise ValueError(f"config in {p}: a value nests too deep to read (a malformed config)") from None
+    except (TypeError, ValueError) as exc:  # every error names the file
+        if str(p) in str(exc):
+            raise
+        raise (TypeError if isinstance(exc, TypeError) else ValueError)(f"{exc} (in {p})") from None
 
 
 # ---------------------------------------------------------------- the bundled table

@@ -16,7 +16,7 @@ layout).
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -28,7 +28,14 @@ from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
 from .numpy_model import NumpyModel, attention_core, lm_head, merge_heads, split_heads
 from .text import fields_call
-from .validate import check_float_dtype, check_int, check_token_id, check_token_ids
+from .validate import (
+    check_float_dtype,
+    check_int,
+    check_scale,
+    check_seed,
+    check_token_id,
+    check_token_ids,
+)
 
 __all__ = [
     "LlamaConfig",
@@ -99,12 +106,7 @@ class LlamaConfig:
         if self.d_head % 2:
             raise ValueError(f"d_head: expected an even number (RoPE rotates pairs), got {self.d_head}")
         for name in ("rope_theta", "rms_norm_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name}: expected a float, got {type(value).__name__} {value!r}")
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, check_scale(name, getattr(self, name)))
         if not isinstance(self.tie_word_embeddings, bool):
             raise TypeError(
                 f"tie_word_embeddings: expected a bool, got {type(self.tie_word_embeddings).__name__}"
@@ -163,12 +165,9 @@ def _number(config: Mapping[str, Any], key: str, default: float) -> float:
     value = config.get(key)
     if value is None:
         return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (value > 0 and math.isfinite(value))
-    ):
-        raise ValueError(f"config[{key!r}]: expected a finite number > 0, got {value!r}")
+    # a comparison, not math.isfinite: an int too large for a float (10**400) is refused, not an OverflowError
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= sys.float_info.max:
+        raise ValueError(f"config[{key!r}]: expected a finite number > 0, got {value!r:.80}")
     return float(value)
 
 
@@ -438,15 +437,25 @@ class LlamaModel:
     def random(
         cls, config: LlamaConfig, seed: int = 0, dtype: Any = np.float32, std: float = 0.02
     ) -> LlamaModel:
-        """Random weights: matrices normal(0, std) (Llama's own init uses 0.02), norm gains near 1."""
+        """Random weights: matrices normal(0, std) (Llama's own init uses 0.02), norm gains near 1.
+
+        ``std`` must be finite and > 0 (nan or inf would give NaN logits, 0 a model that ignores
+        its input), and small enough that the draws fit ``dtype``."""
         if not isinstance(config, LlamaConfig):
             raise TypeError(f"config: expected a LlamaConfig, got {type(config).__name__}")
         dtype = check_float_dtype(dtype)
-        rng = np.random.default_rng(seed)
+        std = check_scale("std", std)
+        rng = np.random.default_rng(check_seed(seed))
         arrays = {}
         for key, shape in _expected_shapes(config).items():
             base, scale = (1.0, 0.1) if key.endswith("norm.weight") else (0.0, std)
-            arrays[key] = (base + scale * rng.standard_normal(shape)).astype(dtype)
+            with np.errstate(over="ignore"):  # an overflow becomes inf, reported below
+                arrays[key] = (base + scale * rng.standard_normal(shape)).astype(dtype)
+            if not np.isfinite(arrays[key]).all():
+                raise ValueError(
+                    f"std: expected draws that fit {dtype}, got std={std!r}, which puts inf in {key!r} "
+                    f"(the largest {dtype} is {np.finfo(dtype).max:.4g})"
+                )
         return cls(config, _build(arrays, config))
 
     @classmethod

@@ -32,7 +32,7 @@ from typing import Any
 from .hf_config import ModelSpec, bundled_models, load_model_spec
 from .model_spec import KEY_SCALES, KVQuant
 from .quant_cache import DEFAULT_GROUP_SIZE
-from .validate import DTYPES, check_int, dtype_info
+from .validate import DTYPES, MAX_COUNT, check_at_most, check_int, dtype_info
 
 __all__ = [
     "DTYPE_BITS", "GIB", "dtype_bytes", "kv_bytes_per_token", "kv_bytes_per_token_decompressed",
@@ -47,6 +47,7 @@ DTYPE_BITS = {alias: d.bits for d in DTYPES.values() for alias in (d.name, *d.al
 #: the KV-cache dtypes the command line lists (any name in DTYPE_BITS is accepted)
 KV_DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "int4")
 GIB = 2**30
+MAX_MEMORY_GIB = 2**30  # the largest memory budget kv_memory takes: 1 EiB
 
 
 def _check_dtype(dtype: str, name: str = "dtype") -> int:
@@ -348,11 +349,12 @@ class KVMemory:
 
 
 def _memory_bytes(memory_gib: Any) -> int:
-    """GiB -> whole bytes; a clear error for inf, nan, <= 0 or less than one byte."""
+    """GiB -> whole bytes; a clear error for inf, nan, <= 0, over MAX_MEMORY_GIB or under one byte."""
     if isinstance(memory_gib, bool) or not isinstance(memory_gib, (int, float)):
         raise TypeError(f"memory_gib: expected a number of GiB, got {type(memory_gib).__name__}")
-    if not (math.isfinite(memory_gib) and memory_gib > 0):
+    if memory_gib == math.inf or not memory_gib > 0:  # math.isfinite overflows on a huge int
         raise ValueError(f"memory_gib: expected a finite number of GiB > 0, got {memory_gib!r}")
+    check_at_most("memory_gib", memory_gib, MAX_MEMORY_GIB, " GiB (1 EiB)")
     memory = int(memory_gib * GIB)
     if memory < 1:
         raise ValueError(f"memory_gib: expected at least one byte (2**-30 GiB), got {memory_gib!r}")
@@ -382,6 +384,7 @@ def kv_memory(
     _check_dtype(weights_dtype, "weights_dtype")
     check_int("batch", batch, 1)
     seq = stored_bytes_per_sequence(spec, seq_len, q, window, sinks)
+    check_at_most("seq_len", seq_len, MAX_COUNT), check_at_most("batch", batch, MAX_COUNT)
     token, fixed = stored_bytes_per_token(spec, q), fixed_scale_bytes(spec, q)
     full = stored_bytes_per_sequence(spec.without_window(), seq_len, q).total
     bf16 = stored_bytes_per_sequence(spec, seq_len, "bf16", window, sinks).total

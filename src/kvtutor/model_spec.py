@@ -13,7 +13,7 @@ from fractions import Fraction
 
 from .config import ModelConfig
 from .quant_cache import DEFAULT_GROUP_SIZE
-from .validate import check_int, dtype_info
+from .validate import MAX_COUNT, check_at_most, check_int, dtype_info
 
 __all__ = ["ModelSpec", "KVQuant", "KEY_SCALES"]
 
@@ -156,8 +156,10 @@ class ModelSpec:
         counts = ("d_ff_expert", "n_dense_layers", "d_ff_shared", "kv_lora_rank", "q_lora_rank")
         counts += ("qk_rope_head_dim", "v_head_dim")
         for key, low in [(key, 1) for key in positive] + [(key, 0) for key in counts]:
-            # a numpy int is accepted and stored as a plain int
-            object.__setattr__(self, key, check_int(key, getattr(self, key), low))
+            # a numpy int is accepted and stored as a plain int; past MAX_COUNT, byte counts overflow floats
+            object.__setattr__(
+                self, key, check_at_most(key, check_int(key, getattr(self, key), low), MAX_COUNT)
+            )
         if self.arch not in ("gpt2", "gated"):
             raise ValueError(f"arch: expected 'gpt2' or 'gated', got {self.arch!r}")
         if self.n_heads % self.n_kv_heads:
@@ -165,7 +167,10 @@ class ModelSpec:
                 f"n_kv_heads: expected a divisor of n_heads={self.n_heads}, got {self.n_kv_heads}"
             )
         if self.sliding_window is not None:
-            object.__setattr__(self, "sliding_window", check_int("sliding_window", self.sliding_window, 1))
+            window = check_at_most(
+                "sliding_window", check_int("sliding_window", self.sliding_window, 1), MAX_COUNT
+            )
+            object.__setattr__(self, "sliding_window", window)
         if not 0 <= self.n_sliding_layers <= self.n_layers:
             raise ValueError(f"n_sliding_layers: expected 0 .. {self.n_layers}, got {self.n_sliding_layers}")
         if self.n_sliding_layers and self.sliding_window is None:

@@ -36,6 +36,7 @@ from .torch_cache import Plan, TorchKVCache, check_active
 from .torch_engine import check_batch, token_ids
 from .torch_mirror import (
     attention_core,
+    check_finite_weights,
     linear,
     lm_head,
     merge_heads,
@@ -255,6 +256,7 @@ class TorchLlamaModel:
                 mlp_norm_D=vec(ly.mlp_norm_D), w_gate_up=w_gate_up, b_gate_up=self.bias_zeros[: 2 * cfg.d_ff],
                 w_gate=w_gate, w_up=w_up, w_down=mat(ly.w_down), b_down=self.bias_zeros[: cfg.d_model],
             ))  # fmt: skip
+        check_finite_weights(self._named_weights())  # a nan given, or a number past the dtype's range
         self.cos_MK, self.sin_MK = rope_tables(
             range(cfg.max_seq_len), cfg.d_head, cfg.rope_theta, self.dtype, self.device
         )
@@ -324,11 +326,15 @@ class TorchLlamaModel:
         """Is the LM head the token embedding itself?"""
         return self.head_VD is self.wte_VD
 
-    def _weights(self) -> list[torch.Tensor]:
-        out = [self.wte_VD, self.norm_D] + ([] if self.tied else [self.head_VD])
-        for ly in self.layers:
-            out += [getattr(ly, name) for name in _STORED]
+    def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        out = [("wte_VD", self.wte_VD), ("norm_D", self.norm_D)]
+        out += [] if self.tied else [("head_VD", self.head_VD)]
+        for i, ly in enumerate(self.layers):
+            out += [(f"layers[{i}].{name}", getattr(ly, name)) for name in _STORED]
         return out
+
+    def _weights(self) -> list[torch.Tensor]:
+        return [t for _, t in self._named_weights()]
 
     # counted over _weights (a tied embedding once, the zero biases not at all), as TorchModel does
     n_params = TorchModel.n_params

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .torch_cache import Plan, TorchKVCache, causal_mask, host_empty, ragged_causal_mask
-from .validate import check_temperature, default_device, torch_dtype
+from .validate import check_temperature, torch_compute_dtype, torch_device
 
 __all__ = [
     "embed",
@@ -52,6 +52,7 @@ __all__ = [
     "sample",
     "TorchLayerWeights",
     "resolve_device_dtype",
+    "check_finite_weights",
 ]
 
 _BIG_OUTPUT = 32 << 20  # bytes: above this glibc maps fresh pages for every allocation
@@ -298,20 +299,28 @@ class TorchLayerWeights:
 
 
 def resolve_device_dtype(device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
-    """A device (default: CUDA when present) and a floating dtype (default: bf16 on CUDA, else
-    float32; a torch dtype or a name such as ``"bf16"``), or an error naming the argument."""
-    try:
-        device = torch.device(default_device() if device is None else device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda', got {device!r}") from err
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: expected an available device, got {device} but CUDA is not available")
+    """A device present here (default: CUDA when present) and a dtype the matmuls run in there
+    (default: bf16 on CUDA, else float32; a torch dtype or a name such as ``"bf16"``), or an error
+    naming the argument and the choices: ``validate.torch_device`` and ``validate.torch_compute_dtype``,
+    the one check every torch model runs before it builds anything."""
+    device = torch_device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    elif isinstance(dtype, str):  # a name from validate.DTYPES: "float32", "bf16", ...
-        dtype = torch_dtype(dtype)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(
-            f"dtype: expected a floating torch.dtype such as torch.float32 (or its name), got {dtype!r}"
-        )
-    return device, dtype
+    return device, torch_compute_dtype(dtype, device)
+
+
+def check_finite_weights(named: list[tuple[str, torch.Tensor]]) -> None:
+    """Every weight finite in the dtype it is stored in, or a ValueError naming the first tensor that
+    is not: a nan or inf in the weights given, or a number too large for the dtype (1e5 in float16)."""
+    if not named:
+        return
+    finite = torch.stack([torch.isfinite(t).all() for _, t in named]).tolist()  # one sync
+    for (name, t), ok in zip(named, finite, strict=True):
+        if not ok:
+            bad = ~torch.isfinite(t)
+            where = [int(i) for i in torch.nonzero(bad)[0]]
+            raise ValueError(
+                f"{name}: expected finite weights in {t.dtype}, got {t[tuple(where)].item()} at index "
+                f"{where} ({int(bad.sum())} non-finite in all): a nan or inf in the weights given, or a "
+                f"number beyond the largest {t.dtype}, {torch.finfo(t.dtype).max:.4g}"
+            )

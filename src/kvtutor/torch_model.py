@@ -38,8 +38,16 @@ from .torch_engine import (
     decode_fast,
     token_ids,
 )
-from .torch_mirror import TorchLayerWeights, block, embed, layer_norm, lm_head, resolve_device_dtype
-from .validate import check_int, check_max_new_tokens
+from .torch_mirror import (
+    TorchLayerWeights,
+    block,
+    check_finite_weights,
+    embed,
+    layer_norm,
+    lm_head,
+    resolve_device_dtype,
+)
+from .validate import check_int, check_max_new_tokens, check_seed
 
 __all__ = ["TorchModel"]
 
@@ -120,6 +128,7 @@ class TorchModel:
                 )
             )
 
+        check_finite_weights(self._named_weights())  # a nan given, or a number past the dtype's range
         self.decode_weights = [DecodeWeights.of(ly) for ly in self.layers]
         # generate's graphed decode: ((batch, capacity), cache, step), kept for the next call
         self._kept_decode: tuple[tuple[int, int], TorchPreallocatedKVCache, Callable[..., Any]] | None = None
@@ -148,6 +157,7 @@ class TorchModel:
         """Random weights, the same draw as ``NumpyModel.random(config, seed)``."""
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
+        device, dtype = resolve_device_dtype(device, dtype)  # fail before drawing
         return cls(config, random_weights(config, seed), device, dtype)
 
     @classmethod
@@ -159,7 +169,7 @@ class TorchModel:
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
         device, dtype = resolve_device_dtype(device, dtype)
-        gen = torch.Generator(device=device).manual_seed(check_int("seed", seed))
+        gen = torch.Generator(device=device).manual_seed(check_seed(seed))
         d, kv = config.d_model, config.n_kv_heads * config.d_head
 
         def draw(*shape: int, scale: float = 0.02, base: float = 0.0) -> torch.Tensor:
@@ -223,12 +233,15 @@ class TorchModel:
         cut._kept_decode = None  # its own graphed decode, for its own caches
         return cut
 
-    def _weights(self) -> list[torch.Tensor]:
-        out = [self.wte_VD, self.wpe_MD, self.lnf_g, self.lnf_b]
+    def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        out = [("wte_VD", self.wte_VD), ("wpe_MD", self.wpe_MD), ("lnf_g", self.lnf_g), ("lnf_b", self.lnf_b)]
         skip = {"w_q", "b_q", "w_k", "b_k", "w_v", "b_v"}  # views of w_qkv / b_qkv
-        for ly in self.layers:
-            out += [getattr(ly, f.name) for f in fields(ly) if f.name not in skip]
+        for i, ly in enumerate(self.layers):
+            out += [(f"layers[{i}].{f.name}", getattr(ly, f.name)) for f in fields(ly) if f.name not in skip]
         return out
+
+    def _weights(self) -> list[torch.Tensor]:
+        return [t for _, t in self._named_weights()]
 
     @property
     def n_params(self) -> int:

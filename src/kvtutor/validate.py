@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def check_temperature(temperature: Any) -> float:
         temperature = temperature.item()
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)):
         raise TypeError(f"temperature: expected a float, got {type(temperature).__name__}")
-    if not (temperature >= 0 and math.isfinite(temperature)):
+    if not 0 <= temperature <= sys.float_info.max:  # not math.isfinite: it overflows on a huge int
         raise ValueError(f"temperature: expected >= 0 and finite, got {temperature}")
     return float(temperature)
 
@@ -181,3 +182,195 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ---------------------------------------------------------------- numbers that scale a model
+
+
+def check_scale(name: str, value: Any) -> float:
+    """A finite number > 0 (a standard deviation, an epsilon) as a float, or a TypeError/ValueError
+    naming ``name``: nan or inf leaves a model whose logits are all NaN, 0 one that ignores its input."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()  # a 0-d numpy array or torch tensor
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a float, got {type(value).__name__} {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range
+        bits = int(value).bit_length()
+        raise ValueError(f"{name}: expected a finite number > 0, got an int of {bits} bits") from None
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+    return number
+
+
+#: The largest size or count the memory calculator takes (seq_len, batch, a config's sizes): their
+#: products, in bytes, then stay well inside float's range.
+MAX_COUNT = 2**40
+
+
+def check_at_most(name: str, value: Any, most: int, unit: str = "") -> Any:
+    """``value`` (a number already checked) if it is <= ``most``, else a ValueError naming ``name``;
+    a huge int is shown by its order of magnitude."""
+    if value > most:
+        huge = isinstance(value, int) and value > 10**18
+        shown = f"about 10**{int(value.bit_length() * math.log10(2))}" if huge else f"{value:,}"
+        raise ValueError(f"{name}: expected at most {most:,}{unit}, got {shown}")
+    return value
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """A random seed: an int 0 <= seed < 2**64, what NumPy's and torch's generators both take."""
+    return check_int(name, seed, 0, 2**64 - 1)
+
+
+# ---------------------------------------------------------------- torch: devices and compute dtypes
+
+#: The dtypes the torch models and kernels compute in (their matmuls run in these; not on MPS: float64).
+COMPUTE_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def _present_devices() -> list[str]:
+    import torch
+
+    present = ["cpu"]
+    if torch.cuda.is_available():
+        present += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        present.append("mps")
+    return present
+
+
+def torch_device(device: Any = None, name: str = "device") -> Any:
+    """A device present on this machine -> its ``torch.device`` (None: ``default_device()``): the CPU,
+    a CUDA GPU (``"cuda"`` or ``"cuda:N"`` for a visible N) or Apple's ``"mps"``; anything else is a
+    ValueError naming ``name``, the devices present and what came (imports torch)."""
+    import torch
+
+    try:
+        dev = torch.device(default_device() if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{name}: expected a torch device such as 'cpu' or 'cuda', got {device!r}") from err
+    present = ", ".join(_present_devices())
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"{name}: expected an available device, got {dev} but CUDA is not available (present: {present})"
+        )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"{name}: expected an available device, got {dev} (present: {present})")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(
+            f"{name}: expected an available device, got {dev} but MPS is not available (present: {present})"
+        )
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{name}: expected 'cpu', 'cuda' or 'mps' (present: {present}), got {dev}")
+    return dev
+
+
+def torch_compute_dtype(dtype: Any, device: Any, name: str = "dtype") -> Any:
+    """A dtype name, alias or torch dtype that the matmuls run in on ``device`` (a ``torch.device``)
+    -> the ``torch.dtype``: one of ``COMPUTE_DTYPES`` (float64 not on MPS). Not floating point: a
+    TypeError; floating but not computable (float8): a ValueError listing the choices (imports torch)."""
+    import torch
+
+    if isinstance(dtype, str):
+        dtype = torch_dtype(dtype, name)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"{name}: expected a floating torch.dtype such as torch.float32 (or its name), got {dtype!r}"
+        )
+    choices = [d for d in COMPUTE_DTYPES if not (device.type == "mps" and d == "float64")]
+    if str(dtype).removeprefix("torch.") not in choices:
+        raise ValueError(
+            f"{name}: expected one of {', '.join(choices)} (the dtypes matmuls run in on {device.type}), "
+            f"got {dtype}"
+        )
+    return dtype
+
+
+# ---------------------------------------------------------------- attention inputs
+
+
+def check_tensors(named: dict[str, Any]) -> dict[str, int]:
+    """Torch tensors by name, their dimensions the letters after the name's last ``_`` (``m_BHT``:
+    B, H, T): each a floating tensor with those dimensions, each >= 1, one size per letter across
+    them all, one dtype and one device -> {letter: size}; else a TypeError/ValueError naming the
+    tensor, what was expected and what came (imports torch)."""
+    import torch
+
+    sizes: dict[str, tuple[int, str]] = {}
+    first: tuple[str, Any] | None = None
+    for name, x in named.items():
+        dims = name.rsplit("_", 1)[-1]
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            what = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"{name}: expected a floating torch tensor, got {what}")
+        if x.ndim != len(dims) or min(x.shape, default=0) < 1:
+            raise ValueError(f"{name}: expected {len(dims)} dimensions [{', '.join(dims)}], each >= 1, "
+                             f"got shape {list(x.shape)}")  # fmt: skip
+        if first is None:
+            first = (name, x)
+        elif (x.dtype, x.device) != (first[1].dtype, first[1].device):
+            raise ValueError(f"{name}: expected {first[0]}'s dtype and device ({first[1].dtype}, "
+                             f"{first[1].device}), got ({x.dtype}, {x.device})")  # fmt: skip
+        for letter, size in zip(dims, x.shape, strict=True):
+            want, whose = sizes.setdefault(letter, (size, name))
+            if size != want:
+                raise ValueError(f"{name}: expected {letter} = {want} ({whose}'s), got shape {list(x.shape)}")
+    return {letter: size for letter, (size, _) in sizes.items()}
+
+
+def check_qkv(
+    q: Any, k: Any, v: Any, q_name: str, causal: bool = False, same_dtype: bool = False
+) -> tuple[Any, Any, Any, int, int]:
+    """Check q, k, v -> (q, k, v, H // Hkv, S), or a TypeError/ValueError naming the argument, what
+    was expected and what came. A q_name that starts with "q_B" wants torch tensors [B, H, T, K],
+    [B, Hkv, S, K] twice on one device, else NumPy array-likes [H, T, K], [Hkv, S, K]; a decode query
+    (q_name "q_HK"/"q_BHK", [.., H, K] or [.., H, 1, K]) comes back as [.., H, 1, K]. ``same_dtype``
+    (torch only): the three must share one dtype, for a kernel that does not promote."""
+    batched, decode = q_name.startswith("q_B"), q_name in ("q_HK", "q_BHK")
+    k_name, v_name = ("k_BHSK", "v_BHSK") if batched else ("k_HSK", "v_HSK")
+    if batched:
+        import torch
+
+    for x, name in zip((q, k, v), (q_name, k_name, v_name), strict=True):
+        if batched and not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            what = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"{name}: expected a floating torch tensor, got {what}")
+        if not batched and not np.issubdtype(np.asarray(x).dtype, np.floating):
+            raise TypeError(f"{name}: expected a floating array (float32 or float64), got dtype "
+                            f"{np.asarray(x).dtype}")  # fmt: skip
+        if batched and x.device != q.device:
+            raise ValueError(f"{name}: expected {q_name}'s device {q.device}, got {x.device}")
+        if batched and same_dtype and x.dtype != q.dtype:
+            raise ValueError(f"{name}: expected {q_name}'s dtype {q.dtype}, got {x.dtype}")
+    if not batched:
+        q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    ndim = 4 if batched else 3
+    if decode and q.ndim == ndim - 1:
+        q = q[..., None, :]
+    elif decode and (q.ndim != ndim or q.shape[-2] != 1):
+        want = "[B, H, K] or [B, H, 1, K]" if batched else "[H, K] or [H, 1, K]"
+        raise ValueError(f"{q_name}: expected one query per head, {want}, got shape {list(q.shape)}")
+    for x, name in zip((q, k, v), (q_name, k_name, v_name), strict=True):
+        if x.ndim != ndim:
+            raise ValueError(f"{name}: expected {ndim} dimensions [{', '.join(name[2:])}], got shape "
+                             f"{list(x.shape)}")  # fmt: skip
+    (*_, h, t, d), (*_, h_kv, s, d_k) = q.shape, k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{v_name}: expected the shape of {k_name}, {list(k.shape)}, got {list(v.shape)}")
+    if batched and k.shape[0] != q.shape[0]:
+        raise ValueError(f"{k_name}: expected batch size {q.shape[0]} ({q_name}'s), got {k.shape[0]}")
+    if t < 1 or d < 1:
+        raise ValueError(f"{q_name}: expected at least one query and K >= 1, got shape {list(q.shape)}")
+    if d_k != d:
+        raise ValueError(f"{k_name}: expected head dimension K = {d} ({q_name}'s), got {d_k}")
+    if s < 1:
+        raise ValueError(f"{k_name}: expected at least one key, got S = 0")
+    if h_kv < 1 or h % h_kv:
+        raise ValueError(f"{k_name}: expected a number of KV heads that divides H = {h} ({q_name}'s "
+                         f"heads), got {h_kv}")  # fmt: skip
+    if causal and t > s:
+        raise ValueError(f"{q_name}: expected at most S = {s} queries under the causal mask (query t "
+                         f"sits at position S - T + t), got T = {t}")  # fmt: skip
+    return q, k, v, h // h_kv, s

@@ -116,6 +116,11 @@ class SlidingWindowKVCache(CacheBase):
     0 .. n_sink - 1 hold the sinks, and position s >= n_sink lives in slot
     n_sink + (s - n_sink) mod (W - n_sink). ``capacity`` is how many positions the cache can number
     (at most the model's ``max_seq_len``), not how many it holds.
+
+    Until the next ``advance``, the cache also keeps the rows the last one pushed out of the ring
+    (one position per layer for a decode step, up to k + 1 for a speculative round, and a chunk's
+    rows that never entered the ring), so that ``truncate`` can roll that advance back, as
+    speculative decoding does with rejected guesses; ``nbytes`` counts the ring alone.
     """
 
     def __init__(
@@ -138,6 +143,8 @@ class SlidingWindowKVCache(CacheBase):
         self._staged: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n_layers
         self._length = 0
         self._pending = [0] * n_layers
+        # the rows the last advance pushed out of the ring: positions [N], keys and values [L,H,N,K]
+        self._undo = (np.zeros(0, np.int64), self.k_LHWK[:, :, :0], self.v_LHWK[:, :, :0])
 
     @classmethod
     def for_model(
@@ -216,12 +223,30 @@ class SlidingWindowKVCache(CacheBase):
     def advance(self, n_tokens: int) -> None:
         """Commit the rows ``update`` wrote for every layer: the length grows by n_tokens, and the
         new rows that the window keeps overwrite the oldest slots of the ring."""
-        start = self._length
+        start, held = self._length, self.positions()
         super().advance(n_tokens)  # raises before changing anything
         new_N = np.arange(start, start + n_tokens)
         # the new sinks, and the last W - n_sink positions (a long chunk's earlier rows are dropped)
         keep_N = (new_N < self.n_sink) | (new_N >= self._length - (self.window - self.n_sink))
         slots_N = self.slots(new_N[keep_N])
+        if n_tokens:  # what leaves the ring, kept until the next advance so that truncate can undo this one
+            evicted_E = np.setdiff1d(held, self.positions())  # old positions whose slots the new ones take
+            dropped = ~keep_N  # a long chunk's rows that never enter the ring
+            k_LHNK = np.concatenate(
+                [
+                    self.k_LHWK[:, :, self.slots(evicted_E)],
+                    np.stack([k[:, dropped] for k, _ in self._staged]),
+                ],
+                axis=2,
+            )
+            v_LHNK = np.concatenate(
+                [
+                    self.v_LHWK[:, :, self.slots(evicted_E)],
+                    np.stack([v[:, dropped] for _, v in self._staged]),
+                ],
+                axis=2,
+            )
+            self._undo = (np.concatenate([evicted_E, new_N[dropped]]), k_LHNK, v_LHNK)
         for layer, staged in enumerate(self._staged):
             if staged is not None:
                 k_HTK, v_HTK = staged
@@ -231,18 +256,29 @@ class SlidingWindowKVCache(CacheBase):
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on. A ring buffer cannot bring back what it has
-        evicted, so ``length`` must be the current length, at most ``n_sink``, or anything while
-        nothing has been evicted yet (len <= W); otherwise a ValueError and no change."""
+        evicted, so ``length`` must be the current length, at most ``n_sink``, anything while
+        nothing has been evicted yet (len <= W), or any length back to where the last ``advance``
+        started: it keeps the rows it pushed out until the next one, so that a speculative round's
+        rejected guesses can be rolled back. Otherwise a ValueError and no change."""
         length = check_int("length", length, 0, self._length)
         need, held = kept_positions(length, self.window, self.n_sink), self.positions()
         lost = np.setdiff1d(need, held)
-        if lost.size:
+        undo_N, k_LHNK, v_LHNK = self._undo
+        back = np.isin(lost, undo_N)  # positions the last advance pushed out: restored below
+        if lost.size and not back.all():
             short = f"a length <= {self.n_sink} (the sinks)" if self.n_sink else "0"
             raise ValueError(
                 f"length: a cache of length {length} keeps positions {int(lost[0])}..{int(lost[-1])}, "
                 f"which this window has evicted; expected {self._length} (no change), {short}, "
                 f"or any length before the window first evicts; got {length}"
             )
+        if lost.size:  # bring back what the last advance pushed out
+            row = {int(p): i for i, p in enumerate(undo_N)}
+            rows_N = [row[int(p)] for p in lost]
+            self.k_LHWK[:, :, self.slots(lost)] = k_LHNK[:, :, rows_N]
+            self.v_LHWK[:, :, self.slots(lost)] = v_LHNK[:, :, rows_N]
+        keep = undo_N < length  # rows of positions truncated away are stale
+        self._undo = (undo_N[keep], k_LHNK[:, :, keep], v_LHNK[:, :, keep])
         self._length = length
         self._pending = [0] * self.n_layers
         self._staged = [None] * self.n_layers
