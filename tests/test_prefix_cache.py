@@ -105,7 +105,7 @@ def test_freed_blocks_with_a_name_stay_cached_and_are_evicted_least_recently_use
     assert blocks == [0, 1, 2, 3] and a.n_free == 0
     assert a.register(0, "h0") and a.register(1, "h1") and a.register(2, "h2")
     assert not a.register(3, "h0")  # another block holds h0: block 3 stays unnamed
-    assert not a.register(0, "other")  # block 0 has its name already
+    assert a.register(0, "h0") and a.n_cached == 3  # its own name again: nothing changes
     for block in (2, 0, 3, 1):
         a.release(block)
     assert list(a.evictable) == [2, 0, 1] and a.free_list == [3] and a.n_free == 4 and a.n_used == 0
@@ -151,7 +151,11 @@ def test_allocator_errors_change_nothing():
         a.register(2, "z")
     with pytest.raises(ValueError, match=r"^block: expected an allocated block, got free block 1"):
         a.release(1)
+    # a named block never gets a second name: it would stand for two prefixes
+    with pytest.raises(ValueError, match=r"^block: expected a block without a name, got block 0, named x"):
+        a.register(b, "y")
     assert (list(a.free_list), list(a.refcount), dict(a.block_of)) == before
+    assert a.hash_of == {b: "x"}
 
 
 # ---------------------------------------------------------------- cached == cold
@@ -285,6 +289,49 @@ def test_fork_and_truncate_keep_cached_blocks_correct():
     assert_same_cache(again, cold, 2)
 
 
+@pytest.mark.parametrize("share", ["cache hit", "fork"])
+@pytest.mark.parametrize("write", ["decode", "prefill"])
+def test_a_named_block_rewritten_by_its_last_holder_loses_its_name(share, write):
+    """The issue's scenario: b shares a's two full blocks, rolls back into the second (a still
+    holds it, so it keeps its name), a finishes, and b writes other tokens there, alone. The write
+    drops the name first: a later request with a's prompt finds only the first block, and gets a
+    cold run's logits (it used to find the second too, holding b's keys: logits off by 9e-3)."""
+    model = gpt2()
+    pool = PrefixCachingPool.for_model(model, n_blocks=12, block_size=4)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]  # two full blocks and one token
+    a = pool.new_sequence(token_ids=prompt)
+    model.prefill(prompt, a)
+    if share == "fork":
+        b = a.fork()
+    else:
+        b = pool.new_sequence(token_ids=prompt)
+        assert b.block_table == a.block_table[:2]
+        model.prefill(prompt[len(b) :], b)
+    second, a_names = b.block_table[1], list(a.block_hashes)
+    b.truncate(6)  # into the second block: a holds it too, so it keeps its name
+    assert pool.allocator.hash_of[second] == a_names[1]
+    a.free()
+    assert pool.allocator.refcount[second] == 1  # b alone holds it now
+    b.extend_tokens([7, 8])  # not prompt[6:8] == [2, 6]
+    if write == "decode":
+        model.decode_step(7, b)
+        dropped = second not in pool.allocator.hash_of  # the name went before the write
+        model.decode_step(8, b)
+    else:
+        model.prefill([7, 8], b)
+        dropped = True
+    again = pool.new_sequence(token_ids=prompt)
+    n, hits = len(again), list(again.block_table)
+    logits = model.prefill(prompt[n:], again)
+    np.testing.assert_allclose(logits, model.logits_without_cache(prompt)[n:], rtol=0, atol=1e-5)
+    assert n == 4 and hits == b.block_table[:1] and dropped
+    assert b.block_table[1] == second  # written in place, and named after b's tokens once full
+    assert pool.allocator.hash_of[second] == b.block_hashes[1] != a_names[1]
+    twin = model.new_cache()
+    model.prefill(prompt[:6] + [7, 8], twin)
+    assert_same_cache(b, twin, 2)
+
+
 def test_freeing_gives_the_last_block_back_first():
     model = gpt2()
     pool = PrefixCachingPool.for_model(model, n_blocks=6, block_size=2)
@@ -325,6 +372,21 @@ def test_new_sequence_errors_change_nothing():
     with pytest.raises(TypeError, match=r"^pool: expected a PrefixCachingPool, got PagedKVPool"):
         PrefixCachedSequence(PagedKVPool.for_model(model, 4, 2), 8)
     assert_same_state(pool_state(pool), before)
+
+
+@pytest.mark.parametrize("pool_type", [PagedKVPool, PrefixCachingPool])
+@pytest.mark.parametrize(
+    ("model", "got"), [(None, "NoneType"), ("gpt2", "str"), (kvtutor.ModelConfig, "type")]
+)
+def test_for_model_without_a_model_is_a_type_error_naming_it(pool_type, model, got):
+    small = gpt2()
+    pool = PrefixCachingPool.for_model(small, n_blocks=4, block_size=2)
+    small.prefill([1, 2, 3], pool.new_sequence(token_ids=[1, 2, 3]))
+    before = pool_state(pool)
+    with pytest.raises(TypeError, match=rf"^model: expected a NumpyModel or LlamaModel, got {got}$"):
+        pool_type.for_model(model, n_blocks=4, block_size=2)
+    assert_same_state(pool_state(pool), before)
+    assert isinstance(PagedKVPool.for_model(llama(), 4, 2), PagedKVPool)
 
 
 def test_out_of_blocks_after_the_hits_leaves_the_pool_as_the_look_up_left_it():

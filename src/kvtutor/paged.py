@@ -161,9 +161,12 @@ class PagedKVPool:
 
     @classmethod
     def for_model(cls, model: Any, n_blocks: int, block_size: int) -> PagedKVPool:
-        """A pool shaped for ``model`` (a NumpyModel): its layers, KV heads, head dim, dtype and context."""
-        cfg = model.config
-        dtype = model.weights.wte_VD.dtype
+        """A pool shaped for ``model`` (a NumpyModel or LlamaModel): its layers, KV heads, head dim,
+        dtype and context. Anything else is a TypeError naming ``model``."""
+        cfg, weights = getattr(model, "config", None), getattr(model, "weights", None)
+        if cfg is None or weights is None:
+            raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
+        dtype = weights.wte_VD.dtype
         return cls(cfg.n_layers, cfg.n_kv_heads, cfg.d_head, n_blocks, block_size, dtype, cfg.max_seq_len)
 
     @property

@@ -11,9 +11,19 @@ prefilled.
 A block whose reference count falls to 0 keeps its hash and its data: it is *cached*, free to be
 reused by the next request with the same prefix and free to be taken for new data under memory
 pressure, least recently used first (``PrefixCachingAllocator``). A partly filled block has no
-hash, so it is never shared through the cache; a cached block is never written (a sequence rolled
-back into one drops its hash, or copies it first if others hold it), and a block held by a
-sequence, the one it is writing included, is never evicted.
+hash, so it is never shared through the cache, and a block held by a sequence, the one it is
+writing included, is never evicted.
+
+A named block never changes under its name. Every write goes through
+``PrefixCachedSequence.prepare``: a block that others hold is copied first (copy-on-write), and a
+named block that the writer holds alone loses its name before the write (a sequence rolled back
+into one, by ``truncate`` or after a ``fork``, may hold it alone by then). ``register`` refuses to
+give a named block a second name.
+
+``model.prefill(ids, seq)`` runs ``ids`` from position ``len(seq)`` on: a sequence that starts on
+cached blocks takes ``prompt[len(seq):]``. The model never shows the cache the token ids, so a
+whole prompt passed there by mistake cannot be told from a valid call; ``seq.prefill(model,
+prompt)`` takes the whole prompt, checks it against the ids the sequence holds and skips them.
 
 ``PrefixCachingPool`` and ``PrefixCachedSequence`` follow ``kvtutor.paged``'s classes, so the NumPy
 models run on them unchanged. ``kvtutor.paged_trace.simulate_trace(..., prefix_caching=True)``
@@ -176,9 +186,20 @@ class PrefixCachingAllocator(BlockAllocator):
 
     def register(self, block: int, h: str) -> bool:
         """Name a held, full block by its hash, so that later sequences find it. False (and nothing
-        changes) if the block has a name already or another block holds that hash."""
+        changes) if another block holds that hash; True if the block has this name already.
+
+        A block keeps its name only while it holds the same keys and values (a write drops the name
+        first, see ``PrefixCachedSequence.prepare``), so a block that has another name is a
+        ValueError: it would stand for two different prefixes."""
         self._check_allocated(block)
-        if block in self.hash_of or h in self.block_of:
+        if block in self.hash_of:
+            if self.hash_of[block] != h:
+                raise ValueError(
+                    f"block: expected a block without a name, got block {block}, named "
+                    f"{self.hash_of[block]} (forget() its name before writing into it)"
+                )
+            return True
+        if h in self.block_of:
             return False
         self.block_of[h] = block
         self.hash_of[block] = h
@@ -252,7 +273,8 @@ class PrefixCachingPool(PagedKVPool):
 class PrefixCachedSequence(PagedKVCache):
     """A ``PagedKVCache`` that knows the token id of each position it holds (``token_ids``, the
     prompt given to ``new_sequence`` plus any ``extend_tokens``), and names its full blocks in the
-    pool's hash table when they are committed."""
+    pool's hash table when they are committed. ``prefill(model, prompt)`` takes the whole prompt
+    and runs only the part that the sequence does not hold yet."""
 
     def __init__(self, pool: PagedKVPool, capacity: int) -> None:
         if not isinstance(pool, PrefixCachingPool):
@@ -284,6 +306,59 @@ class PrefixCachedSequence(PagedKVCache):
             )
         self.token_ids += ids
 
+    def prepare(self, n_new: int) -> None:
+        """Make the blocks for positions len .. len+n_new-1 exist and be this sequence's alone
+        (``PagedKVCache.prepare`` copies those that others hold), then drop the name of any of them
+        that still has one: the writes that follow change it, and a named block never changes
+        under its name. Raises before changing anything when the pool is short of blocks."""
+        super().prepare(n_new)
+        if n_new == 0:
+            return
+        first, need = len(self) // self.block_size, self.n_blocks_needed(len(self) + n_new)
+        for block in self.block_table[first:need]:
+            self.pool.allocator.forget(block)
+
+    def prefill(self, model: Any, prompt_ids: Any) -> np.ndarray:
+        """[n] -> [n - len(self), V]: prefill a whole prompt, skipping the positions this sequence
+        holds already (its cache hits): only ``prompt_ids[len(self):]`` is run, by
+        ``model.prefill``, and their logits come back.
+
+        ``model.prefill(prompt, seq)`` with the whole prompt would write the cached prefix a second
+        time, after it, and name blocks after tokens they do not hold; the cache cannot refuse it,
+        since it never sees the ids (the rest of the prompt plus as many tokens without ids looks
+        the same). This method sees them: the prompt must start with the ids of the positions
+        held, agree with the ids declared (``token_ids``), and add at least one (the last one's
+        logits give the next token); ids past the declared ones are declared. A prompt given in
+        growing prefixes is a chunked prefill. A rejected call changes nothing.
+        """
+        if not callable(getattr(model, "prefill", None)):
+            raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
+        ids = _token_list(prompt_ids, "prompt_ids")
+        held, declared = len(self), list(self.token_ids)
+        if len(declared) < held:
+            raise ValueError(
+                f"prompt_ids: cannot be checked: positions {len(declared)} to {held - 1} of this "
+                "sequence were written without ids"
+            )
+        if len(ids) <= held:
+            raise ValueError(
+                f"prompt_ids: expected more than the {held} ids this sequence holds, got {len(ids)}"
+            )
+        if len(ids) > self.capacity:
+            raise ValueError(f"prompt_ids: expected at most capacity={self.capacity} ids, got {len(ids)}")
+        for i, (want, got) in enumerate(zip(declared, ids, strict=False)):
+            if want != got:
+                kind = "holds" if i < held else "was given"
+                raise ValueError(
+                    f"prompt_ids: expected {want} at index {i} (the id this sequence {kind} there), got {got}"
+                )
+        self.token_ids += ids[len(declared) :]
+        try:
+            return model.prefill(ids[held:], self)
+        except BaseException:
+            self.token_ids = declared
+            raise
+
     def advance(self, n_tokens: int) -> None:
         """Commit the rows written by ``update``; name every block that is now full."""
         super().advance(n_tokens)
@@ -302,8 +377,9 @@ class PrefixCachedSequence(PagedKVCache):
     def truncate(self, length: int) -> None:
         """Forget positions (and their token ids) from ``length`` on. The blocks no longer needed go
         back last block first, so that the cache evicts a prefix's tail before its head; a named
-        block that becomes partly filled loses its name unless others hold it (they keep it, and a
-        write copies it first)."""
+        block that becomes partly filled loses its name unless others hold it (then it keeps it
+        until a write: ``prepare`` copies it if others still hold it, or drops the name if this
+        sequence is its last holder)."""
         length = check_int("length", length, 0, len(self))
         alloc = self.pool.allocator
         keep = self.n_blocks_needed(length)
