@@ -17,6 +17,18 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one thread for a module of tiny matrices: one thread is fastest, and spinning
+    threads slow everything on a busy machine. Use it with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def toy_model() -> kvtutor.NumpyModel:
     return kvtutor.load_toy_model()

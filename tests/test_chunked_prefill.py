@@ -34,12 +34,7 @@ CFG = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_
 PROMPT = [3, 17, 5, 29, 11, 2, 38, 7, 21]  # 9 tokens
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +182,7 @@ def test_prefill_in_chunks_refuses_bad_input_and_leaves_the_cache(numpy_model, t
         ({"prompt_ids": []}, ValueError, "prompt_ids: expected at least one token"),
         ({"prompt_ids": [1, 99]}, ValueError, "prompt_ids: expected token ids in \\[0, 40\\)"),
         ({"prompt_ids": list(range(9))}, ValueError, "9 tokens after 2 cached ones exceed the capacity 10"),
-        ({"model": "gpt2"}, TypeError, "model: expected a NumpyModel or a TorchModel, got str"),
+        ({"model": "gpt2"}, TypeError, "model: expected a kvtutor model, got str"),
     ]:
         args = {"model": numpy_model, "prompt_ids": [3, 4, 5], "cache": cache, "chunk_size": 2} | kwargs
         with pytest.raises(exc, match=match):

@@ -16,13 +16,7 @@ torch = pytest.importorskip("torch")
 CFG = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=20, n_kv_heads=2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is fastest, and spinning threads slow everything on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +220,7 @@ BAD = [
     ({"max_batch_size": 0}, ValueError, "max_batch_size: expected an int >= 1, got 0"),
     ({"max_batch_size": 2.0}, TypeError, "max_batch_size: expected an int, got float"),
     ({"policy": "greedy"}, ValueError, "policy: expected 'continuous' or 'static', got 'greedy'"),
-    ({"model": "gpt2"}, TypeError, "model: expected a NumpyModel or a TorchModel, got str"),
+    ({"model": "gpt2"}, TypeError, "model: expected a kvtutor model, got str"),
 ]
 
 

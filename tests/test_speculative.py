@@ -345,7 +345,7 @@ def test_layer_cut_draft_rejects_bad_sizes(toy_model, n, exc, match):
 
 
 def test_layer_cut_draft_rejects_a_non_model():
-    with pytest.raises(TypeError, match="model: expected a NumpyModel or a TorchModel, got dict"):
+    with pytest.raises(TypeError, match="model: expected a kvtutor model, got dict"):
         layer_cut_draft({}, 1)
 
 
@@ -442,8 +442,8 @@ FIXED_PROPOSALS = {
 
 
 BAD_CALLS = [
-    ({"target": "model"}, TypeError, "target: expected a NumpyModel or a TorchModel, got str"),
-    ({"draft": NotADraft()}, TypeError, "draft: expected a NumpyModel, a TorchModel or a Draft"),
+    ({"target": "model"}, TypeError, "target: expected a kvtutor model, got str"),
+    ({"draft": NotADraft()}, TypeError, "draft: expected a kvtutor model or a Draft"),
     ({"draft": "other_vocab"}, ValueError, "draft: expected the target's vocab_size 32, got 16"),
     ({"prompt_ids": []}, ValueError, "prompt_ids: expected at least one token"),
     ({"prompt_ids": [1, 40]}, ValueError, "prompt_ids: expected token ids in \\[0, 32\\), got 40"),

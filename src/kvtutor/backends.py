@@ -1,4 +1,4 @@
-"""NumpyModel and TorchModel side by side: the few places where serving code must tell them apart.
+"""The NumPy and the torch models side by side: the few places where serving code must tell them apart.
 
 Both models make caches the same way (``new_cache(batch_size=1, capacity=None,
 kind="preallocated")``), check them the same way (``check_cache(cache)``) and roll them back the
@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from .cache import KVCache
-from .config import ModelConfig
-from .numpy_model import NumpyModel
+from .numpy_model import NumpyDecoder
 from .validate import check_int, check_token_ids
 
 __all__ = [
@@ -37,16 +36,21 @@ __all__ = [
 
 
 def is_torch_model(model: Any) -> bool:
-    """Is ``model`` a ``TorchModel``? Never imports torch: unless ``kvtutor.torch_model`` has been
-    imported, no TorchModel can exist."""
-    cls = getattr(sys.modules.get("kvtutor.torch_model"), "TorchModel", None)
+    """Is ``model`` a torch model (a ``TorchDecoder``: ``TorchModel``, ``TorchLlamaModel``)? Never
+    imports torch: unless ``kvtutor.torch_model`` has been imported, no torch model can exist."""
+    cls = getattr(sys.modules.get("kvtutor.torch_model"), "TorchDecoder", None)
     return cls is not None and isinstance(model, cls)
 
 
-def check_model(model: Any, name: str) -> ModelConfig:
-    """``model.config`` if ``model`` is a NumpyModel or a TorchModel, else a TypeError naming ``name``."""
-    if not isinstance(model, NumpyModel) and not is_torch_model(model):
-        raise TypeError(f"{name}: expected a NumpyModel or a TorchModel, got {type(model).__name__}")
+def check_model(model: Any, name: str) -> Any:
+    """``model.config`` if ``model`` is a kvtutor model of either family and either backend
+    (``NumpyModel``, ``LlamaModel``, ``TorchModel``, ``TorchLlamaModel``), else a TypeError
+    naming ``name``."""
+    if not isinstance(model, NumpyDecoder) and not is_torch_model(model):
+        raise TypeError(
+            f"{name}: expected a kvtutor model, got {type(model).__name__} "
+            "(models: NumpyModel, LlamaModel, TorchModel, TorchLlamaModel)"
+        )
     return model.config
 
 
@@ -124,7 +128,7 @@ class LoopedSlots:
     """Batch slots for a ``NumpyModel``, which runs one sequence per cache: one cache per slot, and a
     "batched" decode step is a loop over the slots (the same tokens, no speed-up)."""
 
-    def __init__(self, model: NumpyModel, n_slots: int, capacity: int) -> None:
+    def __init__(self, model: NumpyDecoder, n_slots: int, capacity: int) -> None:
         self.model = model
         self.caches: list[KVCache] = [model.new_cache(capacity=capacity) for _ in range(n_slots)]
 

@@ -26,7 +26,7 @@ import numpy as np
 from .cache import KVCache, start_position
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
-from .numpy_model import NumpyModel, attention_core, lm_head, merge_heads, split_heads
+from .numpy_model import NumpyDecoder, attention_core, lm_head, merge_heads, split_heads
 from .text import fields_call
 from .validate import (
     check_float_dtype,
@@ -426,8 +426,9 @@ def block(
 
 
 @dataclass
-class LlamaModel:
-    """A Llama-style decoder in NumPy, float32 by default, on the same caches as ``NumpyModel``."""
+class LlamaModel(NumpyDecoder):
+    """A Llama-style decoder in NumPy, float32 by default, on the same caches as ``NumpyModel``: its
+    cache, ``prefill``, ``logits_without_cache`` and ``generate`` are ``NumpyDecoder``'s."""
 
     config: LlamaConfig
     weights: LlamaWeights
@@ -522,15 +523,6 @@ class LlamaModel:
         """The weights in Hugging Face Llama naming, ``model.`` prefix included."""
         return self.weights.to_state_dict()
 
-    # ------------------------------------------------------------ the cache side: GPT-2's own code
-    # Nothing about the cache depends on how positions enter the model, so these are NumpyModel's
-    # methods, shared as they are: new_cache, check_cache, prefill, logits_without_cache, generate.
-    new_cache = NumpyModel.new_cache
-    check_cache = NumpyModel.check_cache
-    prefill = NumpyModel.prefill
-    logits_without_cache = NumpyModel.logits_without_cache
-    generate = NumpyModel.generate
-
     # ------------------------------------------------------------ forward passes
     def forward(
         self,
@@ -581,7 +573,3 @@ class LlamaModel:
         if position is not None:
             position = check_int("position", position, 0, self.config.max_seq_len - 1)
         return self.forward([token_id], cache, trace, start=position)[0]
-
-    @property
-    def n_params(self) -> int:
-        return sum(a.size for a in self.weights.arrays())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from .cache import (
 )
 from .config import ModelConfig
 from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
-from .validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
+from .validate import check_int, check_max_new_tokens, check_temperature, check_token_id, check_token_ids
 
 __all__ = [
     "embed",
@@ -49,6 +49,7 @@ __all__ = [
     "block",
     "lm_head",
     "sample",
+    "NumpyDecoder",
     "NumpyModel",
 ]
 
@@ -361,38 +362,15 @@ def sample(
 # ---------------------------------------------------------------- the model
 
 
-@dataclass
-class NumpyModel:
-    """GPT-2 in NumPy, float32 by default: the model the book walks through."""
+class NumpyDecoder:
+    """What every NumPy model of kvtutor shares (GPT-2's ``NumpyModel``, ``llama.LlamaModel``): the
+    cache (``new_cache``, ``check_cache``) and the passes built on ``forward`` and ``decode_step``
+    (``prefill``, ``logits_without_cache``, ``generate``). A model supplies ``config`` (with
+    ``vocab_size``, ``n_layers``, ``n_kv_heads``, ``d_head``, ``max_seq_len``), ``weights`` (with
+    ``wte_VD`` and ``arrays()``), ``forward`` and ``decode_step``: embedding, blocks and head."""
 
-    config: ModelConfig
-    weights: GPT2Weights
-
-    # ------------------------------------------------------------ construction
-    @classmethod
-    def random(cls, config: ModelConfig, seed: int = 0, dtype=np.float32) -> NumpyModel:
-        """Random weights drawn as GPT-2 initialises them (normal, std 0.02)."""
-        return cls(config, random_weights(config, seed, dtype))
-
-    @classmethod
-    def from_gpt2_state_dict(
-        cls,
-        state_dict: Mapping[str, Any],
-        n_heads: int,
-        n_kv_heads: int | None = None,
-        dtype=np.float32,
-        hf_config: Mapping[str, Any] | None = None,
-    ) -> NumpyModel:
-        """A Hugging Face GPT-2 ``state_dict`` (numpy arrays or torch tensors, with or without the
-        ``transformer.`` prefix) -> model; sizes are read off the shapes. Bad weights (non-finite,
-        not floating point, gaps in the layers, ...) are refused; with ``hf_config`` (config.json
-        as a dict) the sizes must also match the config's, so a truncated checkpoint is caught."""
-        config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads, dtype, hf_config)
-        return cls(config, weights)
-
-    def to_gpt2_state_dict(self) -> dict[str, np.ndarray]:
-        """The weights in Hugging Face GPT-2 naming, ``transformer.`` prefix included."""
-        return self.weights.to_state_dict()
+    config: Any
+    weights: Any
 
     def new_cache(
         self, batch_size: int = 1, capacity: int | None = None, kind: str = "preallocated"
@@ -407,70 +385,16 @@ class NumpyModel:
             cfg.max_seq_len, self.weights.wte_VD.dtype,
         )  # fmt: skip
 
-    # ------------------------------------------------------------ forward passes
     def check_cache(self, cache: Any) -> None:
         """A TypeError/ValueError unless ``cache`` is a cache of this model's shape."""
         cfg = self.config
         check_cache(cache, cfg.n_layers, cfg.n_kv_heads, cfg.d_head, cfg.max_seq_len)
-
-    def forward(
-        self,
-        ids_T: Any,
-        cache: KVCache | None = None,
-        trace: list[dict] | None = None,
-        core: AttentionCore | None = None,
-    ) -> np.ndarray:
-        """[T] -> [T,V]: run T new tokens at positions len(cache) .. len(cache)+T-1.
-
-        Without a cache the tokens are the whole sequence (positions 0 .. T-1).
-        ``trace``, if a list, receives one dict of intermediate arrays per layer.
-        ``core``, if given, replaces the attention core of every layer.
-
-        The book shows this in "Decode, step by step".
-        """
-        cfg = self.config
-        if cache is not None:
-            self.check_cache(cache)
-        ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
-        start = start_position(cache, len(ids_T), cfg.max_seq_len)
-        w = self.weights
-        x_TD = embed(ids_T, w.wte_VD, w.wpe_MD, start)
-        for i, layer in enumerate(w.layers):
-            layer_trace = {"x_in_TD": x_TD} if trace is not None else None
-            x_TD = block(x_TD, layer, cfg, cache, i, layer_trace, core)
-            if trace is not None:
-                trace.append(layer_trace)
-        x_TD = layer_norm(x_TD, w.lnf_g, w.lnf_b, cfg.layer_norm_eps)
-        if cache is not None:
-            cache.advance(len(ids_T))
-        return lm_head(x_TD, w.wte_VD)
 
     def prefill(self, prompt_ids: Any, cache: KVCache, trace: list[dict] | None = None) -> np.ndarray:
         """[T] -> [T,V]: the whole prompt in one pass; fills the cache with T keys and values."""
         if cache is None:
             raise TypeError("cache: expected a KV cache from new_cache(), got None")
         return self.forward(prompt_ids, cache, trace)
-
-    def decode_step(
-        self,
-        token_id: Any,
-        cache: KVCache,
-        trace: list[dict] | None = None,
-    ) -> np.ndarray:
-        """one token id -> [V]: its q/k/v only; k/v written at position
-        len(cache).
-
-        The book shows this in "Decode, step by step".
-        """
-        if cache is None:
-            raise TypeError("cache: expected a KV cache from new_cache(), got None")
-        token_id = check_token_id(token_id, self.config.vocab_size, "token_id")
-        if len(cache) == 0:
-            raise ValueError(
-                "cache: expected a prefilled cache for decode_step, "
-                "got an empty one"
-            )  # fmt: skip
-        return self.forward([token_id], cache, trace)[0]
 
     def logits_without_cache(self, token_ids: Any) -> np.ndarray:
         """[T] -> [T,V]: every position recomputed from scratch, no cache involved."""
@@ -520,6 +444,101 @@ class NumpyModel:
                 return new
             logits_V = self.decode_step(token, cache)
 
+    def first_layers(self, n_layers: int) -> Any:
+        """A model of this model's first ``n_layers`` blocks, then its final norm and LM head: a
+        layer-cut draft for speculative decoding. It shares every weight array, nothing is copied."""
+        n_layers = check_int("n_layers", n_layers, 1, self.config.n_layers)
+        weights = replace(self.weights, layers=list(self.weights.layers[:n_layers]))
+        return type(self)(replace(self.config, n_layers=n_layers), weights)
+
     @property
     def n_params(self) -> int:
         return sum(a.size for a in self.weights.arrays())
+
+
+@dataclass
+class NumpyModel(NumpyDecoder):
+    """GPT-2 in NumPy, float32 by default: the model the book walks through."""
+
+    config: ModelConfig
+    weights: GPT2Weights
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def random(cls, config: ModelConfig, seed: int = 0, dtype=np.float32) -> NumpyModel:
+        """Random weights drawn as GPT-2 initialises them (normal, std 0.02)."""
+        return cls(config, random_weights(config, seed, dtype))
+
+    @classmethod
+    def from_gpt2_state_dict(
+        cls,
+        state_dict: Mapping[str, Any],
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        dtype=np.float32,
+        hf_config: Mapping[str, Any] | None = None,
+    ) -> NumpyModel:
+        """A Hugging Face GPT-2 ``state_dict`` (numpy arrays or torch tensors, with or without the
+        ``transformer.`` prefix) -> model; sizes are read off the shapes. Bad weights (non-finite,
+        not floating point, gaps in the layers, ...) are refused; with ``hf_config`` (config.json
+        as a dict) the sizes must also match the config's, so a truncated checkpoint is caught."""
+        config, weights = weights_from_state_dict(state_dict, n_heads, n_kv_heads, dtype, hf_config)
+        return cls(config, weights)
+
+    def to_gpt2_state_dict(self) -> dict[str, np.ndarray]:
+        """The weights in Hugging Face GPT-2 naming, ``transformer.`` prefix included."""
+        return self.weights.to_state_dict()
+
+    # ------------------------------------------------------------ forward passes
+    def forward(
+        self,
+        ids_T: Any,
+        cache: KVCache | None = None,
+        trace: list[dict] | None = None,
+        core: AttentionCore | None = None,
+    ) -> np.ndarray:
+        """[T] -> [T,V]: run T new tokens at positions len(cache) .. len(cache)+T-1.
+
+        Without a cache the tokens are the whole sequence (positions 0 .. T-1).
+        ``trace``, if a list, receives one dict of intermediate arrays per layer.
+        ``core``, if given, replaces the attention core of every layer.
+
+        The book shows this in "Decode, step by step".
+        """
+        cfg = self.config
+        if cache is not None:
+            self.check_cache(cache)
+        ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
+        start = start_position(cache, len(ids_T), cfg.max_seq_len)
+        w = self.weights
+        x_TD = embed(ids_T, w.wte_VD, w.wpe_MD, start)
+        for i, layer in enumerate(w.layers):
+            layer_trace = {"x_in_TD": x_TD} if trace is not None else None
+            x_TD = block(x_TD, layer, cfg, cache, i, layer_trace, core)
+            if trace is not None:
+                trace.append(layer_trace)
+        x_TD = layer_norm(x_TD, w.lnf_g, w.lnf_b, cfg.layer_norm_eps)
+        if cache is not None:
+            cache.advance(len(ids_T))
+        return lm_head(x_TD, w.wte_VD)
+
+    def decode_step(
+        self,
+        token_id: Any,
+        cache: KVCache,
+        trace: list[dict] | None = None,
+    ) -> np.ndarray:
+        """one token id -> [V]: its q/k/v only; k/v written at position
+        len(cache).
+
+        The book shows this in "Decode, step by step".
+        """
+        if cache is None:
+            raise TypeError("cache: expected a KV cache from new_cache(), got None")
+        token_id = check_token_id(token_id, self.config.vocab_size, "token_id")
+        if len(cache) == 0:
+            raise ValueError(
+                "cache: expected a prefilled cache for decode_step, "
+                "got an empty one"
+            )  # fmt: skip
+        return self.forward([token_id], cache, trace)[0]

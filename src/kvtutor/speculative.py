@@ -17,16 +17,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .backends import check_empty_cache, check_model, forward_one, is_torch_model
 from .config import ModelConfig
-from .gpt2_weights import GPT2Weights
-from .numpy_model import NumpyModel, softmax
-from .validate import check_int, check_max_new_tokens, check_temperature, check_token_id, check_token_ids
+from .numpy_model import NumpyDecoder, softmax
+from .validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
 
 __all__ = [
     "speculative_generate",
@@ -222,18 +221,14 @@ class PromptLookupDraft:
 
 
 def layer_cut_draft(model: Any, n_layers: int) -> Any:
-    """model, n -> a draft made of the model's first n blocks, then its ln_f and (tied) LM head.
+    """model, n -> a draft made of the model's first n blocks, then its final norm and LM head
+    (``first_layers``, on every kvtutor model).
 
-    The weight arrays (NumpyModel) or tensors (TorchModel) are shared with the target, nothing is
-    copied. Early layers already predict many easy tokens; the cut model runs n of the L blocks.
+    The weight arrays (NumPy) or tensors (torch) are shared with the target, nothing is copied.
+    Early layers already predict many easy tokens; the cut model runs n of the L blocks.
     """
-    cfg = check_model(model, "model")
-    n_layers = check_int("n_layers", n_layers, 1, cfg.n_layers)
-    if is_torch_model(model):
-        return model.first_layers(n_layers)
-    w = model.weights
-    cut_weights = GPT2Weights(w.wte_VD, w.wpe_MD, list(w.layers[:n_layers]), w.lnf_g, w.lnf_b)
-    return NumpyModel(replace(cfg, n_layers=n_layers), cut_weights)
+    check_model(model, "model")
+    return model.first_layers(n_layers)
 
 
 # ---------------------------------------------------------------- speculative decoding: the loop
@@ -315,7 +310,7 @@ def _check_proposal(proposal: Any, k_round: int, vocab_size: int) -> tuple[list[
 
 
 def _as_draft(draft: Any, target_cfg: ModelConfig) -> Draft:
-    if isinstance(draft, NumpyModel) or is_torch_model(draft):
+    if isinstance(draft, NumpyDecoder) or is_torch_model(draft):
         if draft.config.vocab_size != target_cfg.vocab_size:
             raise ValueError(
                 f"draft: expected the target's vocab_size {target_cfg.vocab_size}, "
@@ -325,8 +320,7 @@ def _as_draft(draft: Any, target_cfg: ModelConfig) -> Draft:
     if isinstance(draft, Draft):
         return draft
     raise TypeError(
-        "draft: expected a NumpyModel, a TorchModel or a Draft (propose/rollback), "
-        f"got {type(draft).__name__}"
+        f"draft: expected a kvtutor model or a Draft (propose/rollback), got {type(draft).__name__}"
     )
 
 

@@ -44,7 +44,7 @@ from .torch_mirror import (
     resolve_device_dtype,
     split_heads,
 )
-from .torch_model import TorchModel
+from .torch_model import TorchDecoder
 from .validate import check_max_new_tokens
 
 __all__ = [
@@ -210,7 +210,7 @@ def _numpy_dtype(dtype: torch.dtype) -> type:
 # ---------------------------------------------------------------- the model
 
 
-class TorchLlamaModel:
+class TorchLlamaModel(TorchDecoder):
     """A Llama-style decoder in PyTorch, batched: CUDA (bf16) when present, else the CPU (float32).
 
     Build it with ``random``, ``from_numpy`` (a ``LlamaModel``) or ``from_llama_state_dict``;
@@ -219,7 +219,9 @@ class TorchLlamaModel:
     ``wte_VD`` when the config ties them), ``.cos_MK`` and ``.sin_MK`` (RoPE's tables for every
     position up to ``max_seq_len``), ``.bias_zeros`` (the zeros every layer's biases view).
     Every forward pass runs under ``torch.inference_mode()``. Token ids may be lists, NumPy
-    arrays or tensors.
+    arrays or tensors. The cache, the checked passes and the weight counts are ``TorchDecoder``'s
+    (the named weights count a tied embedding once, the zero biases not at all); ``_run`` turns
+    each row's keys for its own positions.
     """
 
     def __init__(
@@ -333,25 +335,10 @@ class TorchLlamaModel:
             out += [(f"layers[{i}].{name}", getattr(ly, name)) for name in _STORED]
         return out
 
-    def _weights(self) -> list[torch.Tensor]:
-        return [t for _, t in self._named_weights()]
-
-    # counted over _weights (a tied embedding once, the zero biases not at all), as TorchModel does
-    n_params = TorchModel.n_params
-    nbytes = TorchModel.nbytes
-
     def __repr__(self) -> str:
         name = type(self).__name__
         config = fields_call(self.config, TEXT_WIDTH - len(name) - 1)  # nested: indented that much
         return wrap_call(name, [config, f"device={self.device}", f"dtype={self.dtype}"])
-
-    # ------------------------------------------------------------ the cache side: TorchModel's own code
-    # Nothing about the caches depends on how positions enter the model (they read only the
-    # config's layers, KV heads, head width and max_seq_len), so these are TorchModel's methods,
-    # shared as they are; logits_without_cache calls this class's forward.
-    new_cache = TorchModel.new_cache
-    check_cache = TorchModel.check_cache
-    logits_without_cache = TorchModel.logits_without_cache
 
     # ------------------------------------------------------------ forward passes
     def _run(
@@ -374,12 +361,6 @@ class TorchLlamaModel:
         if cache is not None:
             cache.commit(plan)
         return logits_BTV
-
-    # The checks and the plan are the GPT-2 engine's; only _run (RoPE at each row's positions) differs.
-    forward = TorchModel.forward
-    prefill = TorchModel.prefill
-    forward_row = TorchModel.forward_row
-    prefill_row = TorchModel.prefill_row
 
     @torch.inference_mode()
     def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:

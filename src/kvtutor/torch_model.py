@@ -49,14 +49,162 @@ from .torch_mirror import (
 )
 from .validate import check_int, check_max_new_tokens, check_seed
 
-__all__ = ["TorchModel"]
+__all__ = ["TorchDecoder", "TorchModel"]
 
 _VOCAB_MULTIPLE = {"cuda": 64}  # LM head rows padded to a multiple of this, per device type
 _CACHE_CLASSES = {"preallocated": TorchPreallocatedKVCache, "concat": TorchConcatKVCache}
 assert tuple(_CACHE_CLASSES) == CACHE_KINDS  # the same kind names as the NumPy model's
 
 
-class TorchModel:
+class TorchDecoder:
+    """What every torch model of kvtutor shares (GPT-2's ``TorchModel``, ``TorchLlamaModel``): the
+    cache (``new_cache``, ``check_cache``), the checked passes (``forward``, ``prefill``,
+    ``forward_row``, ``prefill_row``, ``logits_without_cache``) and the weight counts. A model
+    supplies ``config``, ``device``, ``dtype``, ``_named_weights`` and ``_run``: embedding, blocks,
+    head and the cache commit of one unchecked pass."""
+
+    config: Any
+    device: torch.device
+    dtype: torch.dtype
+
+    def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def _run(
+        self, ids_BT: torch.Tensor, cache: TorchKVCache | None, plan: Plan | None, last_only: bool = False
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def first_layers(self, n_layers: int) -> Any:
+        """A model of this model's first ``n_layers`` blocks, then its final norm and LM head: a
+        layer-cut draft for speculative decoding. It shares every weight tensor, nothing is copied."""
+        n_layers = check_int("n_layers", n_layers, 1, self.config.n_layers)
+        cut = copy.copy(self)
+        cut.config = replace(self.config, n_layers=n_layers)
+        cut.layers = self.layers[:n_layers]
+        return cut
+
+    def _weights(self) -> list[torch.Tensor]:
+        return [t for _, t in self._named_weights()]
+
+    @property
+    def n_params(self) -> int:
+        """Parameters, the tied embedding / LM head counted once."""
+        return sum(t.numel() for t in self._weights())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weights as stored (the tied embedding counted once)."""
+        return sum(t.numel() * t.element_size() for t in self._weights())
+
+    # ------------------------------------------------------------ caches
+    def new_cache(
+        self, batch_size: int = 1, capacity: int | None = None, kind: str = "preallocated"
+    ) -> TorchKVCache:
+        """An empty cache for ``batch_size`` rows of up to ``capacity`` positions each (default: the
+        model's ``max_seq_len``).
+
+        ``"preallocated"``: buffers [L, B, Hkv, M, K] written in place, rows at their own lengths;
+        ``"concat"``: tensors that grow by ``torch.cat`` each step, rows at one length.
+        """
+        cfg = self.config
+        if isinstance(batch_size, str):
+            raise TypeError(
+                f"batch_size: expected an int, got str {batch_size!r} (the kind is a keyword argument: "
+                f"new_cache(kind={batch_size!r}))"
+            )
+        batch_size = check_int("batch_size", batch_size, 1)
+        most = cfg.max_seq_len
+        capacity = most if capacity is None else check_int("capacity", capacity, 1, most)
+        if kind not in _CACHE_CLASSES:
+            raise ValueError(f"kind: expected one of {sorted(_CACHE_CLASSES)}, got {kind!r}")
+        return _CACHE_CLASSES[kind](
+            cfg.n_layers, batch_size, cfg.n_kv_heads, capacity, cfg.d_head, self.device, self.dtype
+        )
+
+    def check_cache(self, cache: Any, kind: str | None = None) -> TorchKVCache:
+        """``cache``, if it is a cache from ``new_cache`` that fits this model (layers, KV heads, head
+        width, dtype, device, at most ``max_seq_len`` positions) and, given ``kind``, of that kind;
+        else a TypeError or ValueError naming ``cache``."""
+        if not isinstance(cache, TorchKVCache):
+            raise TypeError(
+                f"cache: expected a cache from {type(self).__name__}.new_cache(), got {type(cache).__name__}"
+            )
+        cfg = self.config
+        got = (cache.n_layers, cache.n_kv_heads, cache.d_head, cache.dtype, cache.device)
+        want = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head, self.dtype, self.device)
+        if got != want:
+            raise ValueError(
+                f"cache: expected (layers, kv heads, head dim, dtype, device) = {want} for this model, "
+                f"got {got}"
+            )
+        if cache.capacity > cfg.max_seq_len:
+            raise ValueError(
+                f"cache: expected a capacity <= this model's max_seq_len {cfg.max_seq_len}, "
+                f"got {cache.capacity}"
+            )
+        if kind is not None and cache.kind != kind:
+            raise ValueError(f"cache: expected a kind={kind!r} cache, got kind={cache.kind!r}")
+        return cache
+
+    # ------------------------------------------------------------ checked passes
+    @torch.inference_mode()
+    def forward(self, ids_BT: Any, cache: TorchKVCache | None = None) -> torch.Tensor:
+        """[B,T] -> [B,T,V]: T new tokens per row, at positions len .. len+T-1 of each row of the cache.
+
+        Without a cache the tokens are whole sequences (positions 0 .. T-1). With a preallocated cache
+        the rows may be at different lengths; a concat cache keeps them at one length.
+        """
+        if cache is not None:
+            self.check_cache(cache)
+        ids_BT = token_ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
+        n_new = ids_BT.shape[1]
+        if cache is None:
+            if n_new > self.config.max_seq_len:
+                raise ValueError(f"ids_BT: {n_new} tokens exceed max_seq_len {self.config.max_seq_len}")
+            return self._run(ids_BT, None, None)
+        check_batch(ids_BT, cache, "ids_BT")
+        return self._run(ids_BT, cache, cache.plan(n_new, name="ids_BT"))
+
+    def prefill(self, ids_BT: Any, cache: TorchKVCache) -> torch.Tensor:
+        """[B,T] -> [B,T,V]: whole prompts in one pass; writes T keys and values per row and layer."""
+        if cache is None:
+            raise TypeError(f"cache: expected a cache from {type(self).__name__}.new_cache(), got None")
+        return self.forward(ids_BT, cache)
+
+    @torch.inference_mode()
+    def forward_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
+        """[T] -> [T,V]: T new tokens of one row of a batched cache, at positions len(row) ..
+        len(row)+T-1 (a prompt chunk continuing its row); the other rows are untouched."""
+        self.check_cache(cache)
+        row = cache.check_row(row)
+        if cache.kind == "concat" and cache.batch_size > 1:
+            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
+        ids_1T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)[None]
+        plan = cache.plan(ids_1T.shape[1], row=row, name="ids_T")  # raises if the row lacks room
+        return self._run(ids_1T, cache, plan)[0]
+
+    def prefill_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
+        """[T] -> [T,V]: prefill one row of a batched cache (an empty row); the other rows are untouched."""
+        self.check_cache(cache)
+        row = cache.check_row(row)
+        if cache.kind == "concat" and cache.batch_size > 1:
+            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
+        ids_T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)
+        held = cache.host_lengths[row]
+        if held:
+            raise ValueError(
+                f"row: expected an empty row (reset_row it first), row {row} holds {held} tokens"
+            )
+        return self.forward_row(ids_T, cache, row)
+
+    @torch.inference_mode()
+    def logits_without_cache(self, ids_BT: Any) -> torch.Tensor:
+        """[B,T] -> [B,T,V]: every position recomputed from scratch, no cache involved."""
+        return self.forward(ids_BT, None)
+
+
+class TorchModel(TorchDecoder):
     """GPT-2 in PyTorch, batched, for timing: CUDA (bf16) when present, else the CPU (float32).
 
     Build it with ``random``, ``from_numpy`` or ``from_gpt2_state_dict``; ``.config``, ``.device``,
@@ -223,13 +371,9 @@ class TorchModel:
         return {k: v.contiguous().clone() for k, v in sd.items()}
 
     def first_layers(self, n_layers: int) -> TorchModel:
-        """A model of this model's first ``n_layers`` blocks, then its ln_f and (tied) LM head: a
-        layer-cut draft for speculative decoding. It shares every weight tensor, nothing is copied."""
-        n_layers = check_int("n_layers", n_layers, 1, self.config.n_layers)
-        cut = copy.copy(self)
-        cut.config = replace(self.config, n_layers=n_layers)
-        cut.layers = self.layers[:n_layers]
-        cut.decode_weights = self.decode_weights[:n_layers]
+        """``TorchDecoder.first_layers``, with the fused decode weights cut the same way."""
+        cut = super().first_layers(n_layers)
+        cut.decode_weights = self.decode_weights[: cut.config.n_layers]
         cut._kept_decode = None  # its own graphed decode, for its own caches
         return cut
 
@@ -240,72 +384,9 @@ class TorchModel:
             out += [(f"layers[{i}].{f.name}", getattr(ly, f.name)) for f in fields(ly) if f.name not in skip]
         return out
 
-    def _weights(self) -> list[torch.Tensor]:
-        return [t for _, t in self._named_weights()]
-
-    @property
-    def n_params(self) -> int:
-        """Parameters, the tied embedding / LM head counted once."""
-        return sum(t.numel() for t in self._weights())
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the weights as stored (the tied embedding counted once)."""
-        return sum(t.numel() * t.element_size() for t in self._weights())
-
     def __repr__(self) -> str:
         config = self.config.wrapped(TEXT_WIDTH - len("TorchModel("))  # nested: indented that much
         return wrap_call("TorchModel", [config, f"device={self.device}", f"dtype={self.dtype}"])
-
-    # ------------------------------------------------------------ caches
-    def new_cache(
-        self, batch_size: int = 1, capacity: int | None = None, kind: str = "preallocated"
-    ) -> TorchKVCache:
-        """An empty cache for ``batch_size`` rows of up to ``capacity`` positions each (default: the
-        model's ``max_seq_len``).
-
-        ``"preallocated"``: buffers [L, B, Hkv, M, K] written in place, rows at their own lengths;
-        ``"concat"``: tensors that grow by ``torch.cat`` each step, rows at one length.
-        """
-        cfg = self.config
-        if isinstance(batch_size, str):
-            raise TypeError(
-                f"batch_size: expected an int, got str {batch_size!r} (the kind is a keyword argument: "
-                f"new_cache(kind={batch_size!r}))"
-            )
-        batch_size = check_int("batch_size", batch_size, 1)
-        most = cfg.max_seq_len
-        capacity = most if capacity is None else check_int("capacity", capacity, 1, most)
-        if kind not in _CACHE_CLASSES:
-            raise ValueError(f"kind: expected one of {sorted(_CACHE_CLASSES)}, got {kind!r}")
-        return _CACHE_CLASSES[kind](
-            cfg.n_layers, batch_size, cfg.n_kv_heads, capacity, cfg.d_head, self.device, self.dtype
-        )
-
-    def check_cache(self, cache: Any, kind: str | None = None) -> TorchKVCache:
-        """``cache``, if it is a cache from ``new_cache`` that fits this model (layers, KV heads, head
-        width, dtype, device, at most ``max_seq_len`` positions) and, given ``kind``, of that kind;
-        else a TypeError or ValueError naming ``cache``."""
-        if not isinstance(cache, TorchKVCache):
-            raise TypeError(
-                f"cache: expected a cache from TorchModel.new_cache(), got {type(cache).__name__}"
-            )
-        cfg = self.config
-        got = (cache.n_layers, cache.n_kv_heads, cache.d_head, cache.dtype, cache.device)
-        want = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head, self.dtype, self.device)
-        if got != want:
-            raise ValueError(
-                f"cache: expected (layers, kv heads, head dim, dtype, device) = {want} for this model, "
-                f"got {got}"
-            )
-        if cache.capacity > cfg.max_seq_len:
-            raise ValueError(
-                f"cache: expected a capacity <= this model's max_seq_len {cfg.max_seq_len}, "
-                f"got {cache.capacity}"
-            )
-        if kind is not None and cache.kind != kind:
-            raise ValueError(f"cache: expected a kind={kind!r} cache, got kind={cache.kind!r}")
-        return cache
 
     # ------------------------------------------------------------ forward passes
     def lm_head(self, x_BTD: torch.Tensor) -> torch.Tensor:
@@ -335,56 +416,6 @@ class TorchModel:
         return logits_BTV
 
     @torch.inference_mode()
-    def forward(self, ids_BT: Any, cache: TorchKVCache | None = None) -> torch.Tensor:
-        """[B,T] -> [B,T,V]: T new tokens per row, at positions len .. len+T-1 of each row of the cache.
-
-        Without a cache the tokens are whole sequences (positions 0 .. T-1). With a preallocated cache
-        the rows may be at different lengths; a concat cache keeps them at one length.
-        """
-        if cache is not None:
-            self.check_cache(cache)
-        ids_BT = token_ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
-        n_new = ids_BT.shape[1]
-        if cache is None:
-            if n_new > self.config.max_seq_len:
-                raise ValueError(f"ids_BT: {n_new} tokens exceed max_seq_len {self.config.max_seq_len}")
-            return self._run(ids_BT, None, None)
-        check_batch(ids_BT, cache, "ids_BT")
-        return self._run(ids_BT, cache, cache.plan(n_new, name="ids_BT"))
-
-    def prefill(self, ids_BT: Any, cache: TorchKVCache) -> torch.Tensor:
-        """[B,T] -> [B,T,V]: whole prompts in one pass; writes T keys and values per row and layer."""
-        if cache is None:
-            raise TypeError(f"cache: expected a cache from {type(self).__name__}.new_cache(), got None")
-        return self.forward(ids_BT, cache)
-
-    @torch.inference_mode()
-    def forward_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
-        """[T] -> [T,V]: T new tokens of one row of a batched cache, at positions len(row) ..
-        len(row)+T-1 (a prompt chunk continuing its row); the other rows are untouched."""
-        self.check_cache(cache)
-        row = cache.check_row(row)
-        if cache.kind == "concat" and cache.batch_size > 1:
-            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
-        ids_1T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)[None]
-        plan = cache.plan(ids_1T.shape[1], row=row, name="ids_T")  # raises if the row lacks room
-        return self._run(ids_1T, cache, plan)[0]
-
-    def prefill_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
-        """[T] -> [T,V]: prefill one row of a batched cache (an empty row); the other rows are untouched."""
-        self.check_cache(cache)
-        row = cache.check_row(row)
-        if cache.kind == "concat" and cache.batch_size > 1:
-            raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
-        ids_T = token_ids(ids_T, 1, self.config.vocab_size, "ids_T", self.device)
-        held = cache.host_lengths[row]
-        if held:
-            raise ValueError(
-                f"row: expected an empty row (reset_row it first), row {row} holds {held} tokens"
-            )
-        return self.forward_row(ids_T, cache, row)
-
-    @torch.inference_mode()
     def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:
         """[B] -> [B,V]: one new token per row, each at its own row's length (rows may differ).
 
@@ -412,11 +443,6 @@ class TorchModel:
         if plan.active_dev is not None:
             logits_BV.masked_fill_(plan.active_dev[:, None] == 0, float("nan"))
         return logits_BV
-
-    @torch.inference_mode()
-    def logits_without_cache(self, ids_BT: Any) -> torch.Tensor:
-        """[B,T] -> [B,T,V]: every position recomputed from scratch, no cache involved."""
-        return self.forward(ids_BT, None)
 
     @torch.inference_mode()
     def generate(
