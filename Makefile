@@ -147,6 +147,7 @@ browser: book chromium  ## open every chapter in headless Chromium and check it
 # pick the kernels.
 CPU     ?= second
 standalone: $(READER)/.installed  ## run every chapter as in Colab (only kvtutor[notebooks]) on a second CPU's kernels, and compare its outputs
+	$(READER)/bin/pip install --quiet --no-deps --force-reinstall .  # this checkout's kvtutor, not a stale one
 	cd $(READER) && $(NBENV) JUPYTER_PREFER_ENV_PATH=1 bin/python $(abspath tools/run_standalone.py) \
 	  --cpu $(CPU) --jobs $(JOBS) $(abspath $(wildcard book/*.ipynb))
 

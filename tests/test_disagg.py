@@ -95,10 +95,10 @@ def test_step_s_is_the_roofline_time_of_the_step_cost(chunks, contexts):
 
 
 def test_step_cost_fits_the_books_code_column():
-    """The chapter shows StepModel.step_cost: every line within 80 columns once dedented."""
-    from kvtutor.book.display import source, without_pragmas
+    """The chapter shows StepModel.step_cost: every line it displays within 80 columns."""
+    from kvtutor.book.display import show_source
 
-    lines = without_pragmas(source(StepModel.step_cost)).splitlines()
+    lines = show_source(StepModel.step_cost).data.splitlines()
     assert max(len(line) for line in lines) <= 80
 
 

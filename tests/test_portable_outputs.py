@@ -229,3 +229,14 @@ def test_the_comparison_is_nbvals():
     fewer["cells"][3]["outputs"] = []
     assert differences(stored, fewer, patterns)[0].startswith("cell 3 [text/plain]")
     assert differences(stored, _nb(*same["cells"][:3]), patterns) == ["3 code cells ran, 4 are stored"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_timing_cells_are_tagged_and_say_why(path):
+    """The ignore marker is a cell tag, not a comment on the reader's page, and the cell's first
+    line says why its output is volatile."""
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        source = "".join(cell["source"])
+        assert "NBVAL_" not in source, f"a comment marker on the page: {source.splitlines()[0]!r}"
+        if "nbval-ignore-output" in cell["metadata"].get("tags", []):
+            assert source.startswith("# "), f"a volatile cell without its reason: {source[:60]!r}"

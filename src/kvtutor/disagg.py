@@ -184,9 +184,9 @@ class StepModel:
     def step_cost(
         self, chunks: Sequence[tuple[int, int]] = (), contexts: Sequence[int] = ()
     ) -> costs.Cost:  # fmt: skip
-        """The Cost of one step: its prefill chunks' and decodes' Costs added up,
-        with the weights read once. The book shows this in "Serving at scale:
-        disaggregated prefill and what the engines do"."""
+        """A step's Cost: its chunks' and decodes' Costs, the weights read once.
+
+        The book shows this in "Serving at scale: disaggregated prefill and what the engines do"."""
         cfg, dtype = self.config, self.dtype
         parts = [
             costs.forward_cost(cfg, n_new, n_past, 1, dtype, all_logits=False)

@@ -82,14 +82,34 @@ def without_pragmas(code: str) -> str:
     return "\n".join(_PRAGMA.sub("", line) for line in code.split("\n"))
 
 
+# The last paragraph of a displayed function's docstring names the chapters that show it, for the
+# package's readers (tests/test_architecture.py checks it both ways); the book's reader is there.
+_CHAPTER_TAG = re.compile(r"\n\n[ \t]*The book shows this in .*?\.(\n[ \t]*)?(?=\"\"\"$)", re.S | re.M)
+_ONE_LINE = re.compile(r'^"""([^\n]*)\n[ \t]*"""$')
+
+
+def without_chapter_tag(code: str) -> str:
+    """``code`` with its docstring's closing paragraph on the chapters that show it removed (a
+    docstring left with one line closes on it); every other character kept."""
+    start = code.find('"""')
+    end = code.find('"""', start + 3)
+    if start < 0 or end < 0:
+        return code
+    doc, removed = _CHAPTER_TAG.subn(lambda m: m.group(1) or "", code[start : end + 3], count=1)
+    if not removed:
+        return code
+    return code[:start] + _ONE_LINE.sub(r'"""\1"""', doc) + code[end + 3 :]
+
+
 def show_source(*objs: Any) -> Any:
     """Display the source of package functions as a highlighted code block in a notebook.
 
-    The code is the real source (``source``), less the formatter's and linter's pragma comments.
+    The code is the real source (``source``), less the formatter's and linter's pragma comments
+    and the docstring's note of the chapters that show it.
     """
     from IPython.display import Markdown
 
-    blocks = "\n\n".join(without_pragmas(source(obj)).rstrip() for obj in objs)
+    blocks = "\n\n".join(without_chapter_tag(without_pragmas(source(obj))).rstrip() for obj in objs)
     return Markdown(f"```python\n{blocks}\n```")
 
 
