@@ -73,7 +73,7 @@ def private_uses(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     own = _defined_private_names(tree)
     modules = _imported_modules(tree)
-    rel = path.relative_to(ROOT)
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -109,16 +109,9 @@ def test_the_private_name_check_catches_each_kind_of_reach(tmp_path):
         "    def g(self, other):\n        return self._mine + other._mine\n",
         encoding="utf-8",
     )
-    # private_uses wants a path under ROOT for its messages: check the parts it relies on instead
     tree = ast.parse(bad.read_text(encoding="utf-8"))
     assert "_mine" in _defined_private_names(tree) and "_store" not in _defined_private_names(tree)
-    copy = PACKAGE / "_architecture_probe.py"
-    copy.write_text(bad.read_text(encoding="utf-8"), encoding="utf-8")
-    try:
-        found = private_uses(copy)
-    finally:
-        copy.unlink()
-    text = "\n".join(found)
+    text = "\n".join(private_uses(bad))  # outside the package: nothing is written into src/
     assert "import _Hidden" in text and "cache._store" in text and "torch._C" in text, text
     assert "other._mine" not in text and "self._mine" not in text, text
 
