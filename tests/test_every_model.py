@@ -72,6 +72,7 @@ def test_every_model_is_one_of_the_two_bases():
     assert "first_layers" in vars(NumpyDecoder) and "first_layers" in vars(TorchDecoder)
     assert "first_layers" not in vars(kvtutor.NumpyModel) and "first_layers" not in vars(LlamaModel)
     assert "first_layers" not in vars(TorchLlamaModel)  # TorchModel's also cuts its fused weights
+    assert "decode_step" not in vars(TorchLlamaModel)  # TorchModel's adds the fused fast path
 
 
 requests_strategy = st.lists(

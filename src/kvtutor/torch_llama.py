@@ -32,8 +32,8 @@ from . import llama
 from .cache import CACHE_KINDS
 from .llama import LlamaConfig, LlamaModel, LlamaWeights
 from .text import TEXT_WIDTH, fields_call, wrap_call
-from .torch_cache import Plan, TorchKVCache, check_active
-from .torch_engine import check_batch, token_ids
+from .torch_cache import Plan, TorchKVCache
+from .torch_engine import token_ids
 from .torch_mirror import (
     attention_core,
     check_finite_weights,
@@ -361,33 +361,6 @@ class TorchLlamaModel(TorchDecoder):
         if cache is not None:
             cache.commit(plan)
         return logits_BTV
-
-    @torch.inference_mode()
-    def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:
-        """[B] -> [B,V]: one new token per row, each at its own row's length (rows may differ),
-        its key turned for that position and stored there.
-
-        ``active`` (bool [B], default all): rows marked False are not advanced and their cache is
-        not written; their logits rows are NaN. Every active row must already hold a token.
-        """
-        if cache is None:
-            raise TypeError("cache: expected a cache from TorchLlamaModel.new_cache(), got None")
-        self.check_cache(cache)
-        ids_B1 = token_ids(ids_B, 1, self.config.vocab_size, "ids_B", self.device)[:, None]
-        check_batch(ids_B1, cache, "ids_B")
-        active_B = check_active(active, cache)
-        lengths = cache.host_lengths_array
-        empty = np.flatnonzero((lengths == 0) & (True if active_B is None else active_B))
-        if empty.size:
-            raise ValueError(
-                f"cache: expected prefilled rows for decode_step, row {int(empty[0])} is empty "
-                "(prefill it, or mark it inactive)"
-            )
-        plan = cache.plan(1, active=active_B, name="ids_B")
-        logits_BV = self._run(ids_B1, cache, plan)[:, 0]
-        if plan.active_dev is not None:
-            logits_BV.masked_fill_(plan.active_dev[:, None] == 0, float("nan"))
-        return logits_BV
 
     @torch.inference_mode()
     def generate(self, ids_BT: Any, max_new_tokens: int, cache_kind: str = "preallocated") -> torch.Tensor:

@@ -199,6 +199,41 @@ class TorchDecoder:
         return self.forward_row(ids_T, cache, row)
 
     @torch.inference_mode()
+    def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:
+        """[B] -> [B,V]: one new token per row, each at its own row's length (rows may differ).
+
+        ``active`` (bool [B], default all): rows marked False are not advanced and their cache is not
+        written; their logits rows are NaN. Every active row must already hold a token (prefill first).
+        """
+        ids_B1, active_B, _ = self._check_decode(ids_B, cache, active)
+        return self._decode_planned(ids_B1, cache, active_B)
+
+    def _check_decode(self, ids_B: Any, cache: TorchKVCache, active: Any) -> tuple[Any, Any, np.ndarray]:
+        """decode_step's checks -> (ids [B,1] on the device, active [B] or None, host lengths [B])."""
+        if cache is None:
+            raise TypeError(f"cache: expected a cache from {type(self).__name__}.new_cache(), got None")
+        self.check_cache(cache)
+        ids_B1 = token_ids(ids_B, 1, self.config.vocab_size, "ids_B", self.device)[:, None]
+        check_batch(ids_B1, cache, "ids_B")
+        active_B = check_active(active, cache)
+        lengths = cache.host_lengths_array  # read-only, no device sync
+        empty = np.flatnonzero((lengths == 0) & (True if active_B is None else active_B))
+        if empty.size:
+            raise ValueError(
+                f"cache: expected prefilled rows for decode_step, row {int(empty[0])} is empty "
+                "(prefill it, or mark it inactive)"
+            )
+        return ids_B1, active_B, lengths
+
+    def _decode_planned(self, ids_B1: torch.Tensor, cache: TorchKVCache, active_B: Any) -> torch.Tensor:
+        """One checked decode step through the step functions, at each row's own position."""
+        plan = cache.plan(1, active=active_B, name="ids_B")
+        logits_BV = self._run(ids_B1, cache, plan)[:, 0]
+        if plan.active_dev is not None:
+            logits_BV.masked_fill_(plan.active_dev[:, None] == 0, float("nan"))
+        return logits_BV
+
+    @torch.inference_mode()
     def logits_without_cache(self, ids_BT: Any) -> torch.Tensor:
         """[B,T] -> [B,T,V]: every position recomputed from scratch, no cache involved."""
         return self.forward(ids_BT, None)
@@ -417,32 +452,13 @@ class TorchModel(TorchDecoder):
 
     @torch.inference_mode()
     def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:
-        """[B] -> [B,V]: one new token per row, each at its own row's length (rows may differ).
-
-        ``active`` (bool [B], default all): rows marked False are not advanced and their cache is not
-        written; their logits rows are NaN. Every active row must already hold a token (prefill first).
-        """
-        if cache is None:
-            raise TypeError(f"cache: expected a cache from {type(self).__name__}.new_cache(), got None")
-        self.check_cache(cache)
-        ids_B1 = token_ids(ids_B, 1, self.config.vocab_size, "ids_B", self.device)[:, None]
-        check_batch(ids_B1, cache, "ids_B")
-        active_B = check_active(active, cache)
-        lengths = np.array(cache.host_lengths)
-        empty = np.flatnonzero((lengths == 0) & (True if active_B is None else active_B))
-        if empty.size:
-            raise ValueError(
-                f"cache: expected prefilled rows for decode_step, row {int(empty[0])} is empty "
-                "(prefill it, or mark it inactive)"
-            )
+        """``TorchDecoder.decode_step``; with every row at one position (no ``active`` given) it takes
+        ``torch_engine.decode_fast``, the fused step."""
+        ids_B1, active_B, lengths = self._check_decode(ids_B, cache, active)
         if active_B is None and (lengths == lengths[0]).all():  # every row at one position
             cache.check_room(1, np.arange(cache.batch_size), "ids_B")
             return decode_fast(self, ids_B1[:, 0], cache)
-        plan = cache.plan(1, active=active_B, name="ids_B")
-        logits_BV = self._run(ids_B1, cache, plan)[:, 0]
-        if plan.active_dev is not None:
-            logits_BV.masked_fill_(plan.active_dev[:, None] == 0, float("nan"))
-        return logits_BV
+        return self._decode_planned(ids_B1, cache, active_B)
 
     @torch.inference_mode()
     def generate(
