@@ -24,14 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from kvtutor.book.display import GLUE_PREFIX, glue, shown
+from kvtutor.book.display import GLUE_FORMAT, GLUE_PREFIX, glue, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 standalone = runpy.run_path(str(ROOT / "tools" / "run_standalone.py"))
 
 ROLE = re.compile(r"\{glue(?::\w*)?\}`([^`]+)`")
-FORMAT = re.compile(r",?\.(\d+)([fe%])")
 
 
 def glued_values(nb: dict) -> dict[str, str]:
@@ -60,9 +59,8 @@ def prose_formats(nb: dict) -> dict[str, list[str]]:
 def holds_only_shown_digits(value: float, specs: list[str]) -> bool:
     """True when ``value`` is rounded as its most precise format shows it (or one digit finer);
     a float shown with no format has at most six significant digits."""
-    parsed = [
-        (int(m.group(1)) + 2 * (m.group(2) == "%"), m.group(2)) for s in specs if (m := FORMAT.fullmatch(s))
-    ]
+    matches = [m for s in specs if (m := GLUE_FORMAT.fullmatch(s))]
+    parsed = [(int(m.group(1)) + 2 * (m.group(2) == "%"), m.group(2)) for m in matches]
     if not parsed:
         digits = re.sub(r"e.*", "", repr(value)).replace("-", "").replace(".", "").lstrip("0")
         return len(digits) <= 6
@@ -159,10 +157,10 @@ def run_book_computation(env: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 
 def _has_avx2() -> bool:
-    try:
-        return " avx2" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    """As ``second_cpu_env`` sees the CPU: through NumPy's runtime feature detection."""
+    import numpy._core._multiarray_umath as umath
+
+    return bool(umath.__cpu_features__.get("AVX2"))
 
 
 @pytest.mark.skipif(

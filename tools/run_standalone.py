@@ -1,13 +1,13 @@
 """Run every chapter as a reader would in Colab or Binder, on a second CPU, and compare its outputs.
 
-    python tools/run_standalone.py [--cpu second|native] [--jobs N|auto] book/*.ipynb
+    python tools/run_standalone.py [--cpu second|avx2|baseline|native] [--jobs N|auto] book/*.ipynb
     (``make standalone`` runs it in a venv of its own that has kvtutor[notebooks] and a kernel)
 
 Each notebook is copied into a fresh temporary folder and executed there top to bottom, in an
 environment without the book's tools (no myst-nb, Sphinx, Jupyter Book or nbval). Every code
 cell's outputs are then compared with the stored ones as strict nbval compares them: text outputs
-exactly, after the sanitizers of ``book/nbval_sanitize.cfg``; figures and cells marked
-``# NBVAL_IGNORE_OUTPUT`` (timings) are skipped.
+exactly, after the sanitizers of ``book/nbval_sanitize.cfg``; figures and the cells tagged
+``nbval-ignore-output`` (timings; or marked ``# NBVAL_IGNORE_OUTPUT``) are skipped.
 
 ``--cpu second`` (the default) runs the kernel on another CPU's numeric kernels: one level below
 this machine's (``second_cpu_env``), through NumPy's ``NPY_DISABLE_CPU_FEATURES``, torch's
@@ -107,19 +107,16 @@ def sanitizers(path: Path = SANITIZE) -> list[tuple[str, str]]:
     return re.findall(r"^regex: (.*)$\n^replace: (.*)$", path.read_text(), flags=re.M)
 
 
+def _text(value: object) -> object:
+    """A notebook's text, stored as one string or as a list of lines, as one string."""
+    return "".join(value) if isinstance(value, list) else value
+
+
 def ignored(cell: dict) -> bool:
-    comments = {line.strip().lstrip("#").strip() for line in cell_source(cell).splitlines()}
+    """Is the cell's output volatile: tagged ``nbval-ignore-output``, or marked by the comment?"""
+    comments = {line.strip().lstrip("#").strip() for line in _text(cell.get("source", "")).splitlines()}
     tags = set(cell.get("metadata", {}).get("tags", []))
     return bool(comments & set(IGNORE_MARKERS)) or "nbval-ignore-output" in tags
-
-
-def cell_source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return src if isinstance(src, str) else "".join(src)
-
-
-def _text(value: object) -> object:
-    return "".join(value) if isinstance(value, list) else value
 
 
 def comparable(outputs: list[dict], patterns: list[tuple[str, str]]) -> dict[str, list[object]]:

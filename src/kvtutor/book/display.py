@@ -36,10 +36,14 @@ def setup_notebook(seed: int = 0) -> None:
 GLUE_PREFIX = "application/papermill.record/"
 
 
+#: The formats a glued float may be shown with: fixed, exponent or percent, with its digits.
+GLUE_FORMAT = re.compile(r",?\.(\d+)([fe%])")
+
+
 def shown(value: float, fmt: str) -> float:
     """``value`` rounded to what ``format(value, fmt)`` shows: 0.5962 and ".2f" give 0.6, and
     0.9537 and ".0%" give 0.95, so that a glued number holds no digits the page leaves out."""
-    if not re.fullmatch(r",?\.\d+[fe%]", fmt):
+    if not GLUE_FORMAT.fullmatch(fmt):
         raise ValueError(f"fmt: expected a fixed, exponent or percent format like '.2f', got {fmt!r}")
     text = format(value, fmt).replace(",", "")
     if text.endswith("%"):
