@@ -118,8 +118,9 @@ book: $(STAMP) $(MATHJAX)/tex-mml-chtml.js  ## build the HTML book, English in _
 
 # After the English text changed: new and changed messages arrive empty or marked fuzzy in the
 # catalogs, to be translated there; messages that left the text are dropped.
+# PAGES="book/decode book/gqa" merges only those pages' catalogs (edits of other pages stay untouched).
 i18n-update: $(STAMP)  ## extract the English text's messages and merge them into the Chinese catalogs (locales/zh_CN)
-	$(PY) tools/i18n.py update
+	$(PY) tools/i18n.py update $(if $(PAGES),--pages $(PAGES))
 
 # The browser check drives an installed Chromium or Chrome, never a downloaded one; the lookup
 # ($$KVTUTOR_CHROMIUM, then PATH, then the macOS apps) lives in tests/browser/chromium.py.

@@ -92,7 +92,8 @@ def sphinx_build(builder: str, outdir: Path, doctreedir: Path, *, strict: bool, 
 def extract(pot_dir: Path = POT_DIR, quiet: bool = False) -> int:
     """The English messages, one .pot per page, into `pot_dir` (emptied first)."""
     shutil.rmtree(pot_dir, ignore_errors=True)
-    return sphinx_build("gettext", pot_dir, pot_dir.parent / ".doctrees-gettext", strict=False, quiet=quiet)
+    doctrees = pot_dir.parent / f".doctrees-{pot_dir.name}"
+    return sphinx_build("gettext", pot_dir, doctrees, strict=False, quiet=quiet)
 
 
 def po_files(locale_dir: Path = LOCALES, language: str = LANGUAGE) -> dict[str, Path]:
@@ -246,20 +247,37 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def update(language: str = LANGUAGE) -> int:
-    """`make i18n-update`: extract the English messages and merge them into the catalogs."""
-    status = extract()
+def update(language: str = LANGUAGE, pages: list[str] | None = None) -> int:
+    """`make i18n-update`: extract the English messages and merge them into the catalogs.
+
+    With `pages` (e.g. ["book/decode"]) only those pages' catalogs are merged, from templates
+    extracted into a folder of their own, so that edits of different pages can be merged at once.
+    """
+    pot_dir = POT_DIR if pages is None else BUILD / f"gettext-{os.getpid()}"
+    status = extract(pot_dir)
     if status:
         return status
-    templates = pot_files()
+    templates = pot_files(pot_dir)
     if not templates:
-        print(f"no messages extracted into {_rel(POT_DIR)}", file=sys.stderr)
+        print(f"no messages extracted into {_rel(pot_dir)}", file=sys.stderr)
         return 1
-    cmd = [sys.executable, "-m", "sphinx_intl", "update", "--pot-dir", str(POT_DIR),
+    if pages is not None:
+        unknown = sorted(set(pages) - set(templates))
+        if unknown:
+            print(f"--pages: no such page in the book: {', '.join(unknown)}", file=sys.stderr)
+            return 1
+        for page, path in templates.items():
+            if page not in pages:
+                path.unlink()
+    cmd = [sys.executable, "-m", "sphinx_intl", "update", "--pot-dir", str(pot_dir),
            "--locale-dir", str(LOCALES), "--language", language, "--line-width", "0",
            "--no-obsolete", "--jobs", "1"]  # fmt: skip
     print(" ".join(["sphinx-intl", *cmd[3:]]).replace(str(ROOT) + os.sep, ""))
     subprocess.run(cmd, check=True, cwd=ROOT)
+    if pages is not None:
+        shutil.rmtree(pot_dir, ignore_errors=True)
+        report({page: path for page, path in po_files(language=language).items() if page in pages})
+        return 0
     for page, path in po_files(language=language).items():
         if page not in templates:
             print(f"Delete: {_rel(path)} (the page is no longer in the book)")
@@ -345,7 +363,8 @@ def report(catalogs: dict[str, Path], file=None) -> list[Progress]:
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("update", help="extract the English messages and merge them into locales/")
+    u = sub.add_parser("update", help="extract the English messages and merge them into locales/")
+    u.add_argument("--pages", nargs="+", metavar="PAGE", help="merge only these catalogs (book/decode ...)")
     sub.add_parser("build", help="build the Chinese edition into _build/html/zh (strict)")
     e = sub.add_parser("extract", help="only extract the English messages (.pot)")
     e.add_argument("--out", type=Path, default=POT_DIR, help=f"folder (default {_rel(POT_DIR)})")
@@ -353,7 +372,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     sub.add_parser("status", help="how much of each catalog is translated")
     args = parser.parse_args(None if argv is None else list(argv))
     if args.command == "update":
-        return update()
+        return update(pages=args.pages)
     if args.command == "build":
         return build()
     if args.command == "extract":
