@@ -46,7 +46,7 @@ def random_hf_gpt2():
     d_model 24, vocab 61, 40 positions), weights scaled up so that any difference would show."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from kvtutor.gpt2_weights import build_hf_gpt2
+    from kvtutor.models.gpt2_weights import build_hf_gpt2
 
     cfg = kvtutor.ModelConfig(vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=40)
     torch.manual_seed(0)

@@ -236,3 +236,130 @@ def test_every_displayed_function_fits_the_code_column(notebook, title, dotted, 
     shown = show_source(_resolve(dotted, imports)).data.removeprefix("```python\n").removesuffix("\n```")
     long = [line for line in shown.splitlines() if len(line) > 80]
     assert not long, f"{notebook}: {dotted} shows lines over 80 columns:\n" + "\n".join(long)
+
+
+# ------------------------------------------------------------------ the layers of the package
+
+#: The package's parts, lowest first. A module imports only from its own layer or a lower one
+#: (lazy imports and ``TYPE_CHECKING`` imports included), and the modules form no circle.
+LAYERS = (
+    ("base", ("validate", "text", "extras")),
+    ("caches", ("caches",)),
+    ("models", ("models",)),
+    ("measure", ("measure",)),
+    ("serving", ("serving",)),
+    ("book", ("book",)),
+    ("plots", ("plots",)),
+    ("bench", ("bench",)),
+    ("entry points", ("__init__", "__main__")),
+)
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    """src/kvtutor/caches/kv.py -> "caches.kv"; a package's __init__.py -> its name."""
+    parts = list(path.relative_to(package).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the layer that holds ``module`` ("caches.kv" -> 1)."""
+    for index, (_, heads) in enumerate(LAYERS):
+        if module.split(".")[0] in heads:
+            return index
+    raise AssertionError(f"{module}: in no layer of LAYERS; add its part there")
+
+
+def kvtutor_imports(path: Path, package: Path = PACKAGE) -> set[str]:
+    """The kvtutor modules ``path`` imports, anywhere in the file, as dotted names below kvtutor."""
+    own = module_name(path, package).split(".")
+    here = own if path.name == "__init__.py" else own[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name[len("kvtutor.") :] for a in node.names if a.name.startswith("kvtutor."))
+            continue
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base, tail = here[: len(here) - node.level + 1], node.module or ""
+        elif node.module == "kvtutor" or (node.module or "").startswith("kvtutor."):
+            base, tail = [], (node.module or "").removeprefix("kvtutor").lstrip(".")
+        else:
+            continue
+        module = ".".join(base + (tail.split(".") if tail else []))
+        for alias in node.names:  # `from . import costs` imports a module
+            sub = f"{module}.{alias.name}" if module else alias.name
+            is_module = (package / sub.replace(".", "/")).with_suffix(".py").exists()
+            found.add(sub if is_module or (package / sub.replace(".", "/")).is_dir() else module)
+    return {m for m in found if m}
+
+
+def layer_violations(package: Path = PACKAGE) -> list[str]:
+    """Each import of a higher layer, as "models.llama -> serving.loop (models imports serving)"."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        here = module_name(path, package)
+        for target in sorted(kvtutor_imports(path, package)):
+            if layer_of(target) > layer_of(here):
+                low, high = LAYERS[layer_of(here)][0], LAYERS[layer_of(target)][0]
+                found.append(f"{here} -> {target} ({low} imports {high})")
+    return found
+
+
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """The circles in the module import graph (each a list of modules, first repeated last)."""
+    graph = {module_name(p, package): kvtutor_imports(p, package) for p in sorted(package.rglob("*.py"))}
+    cycles, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in graph or nxt == node:
+                continue
+            if state.get(nxt) == "open":
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = "done"
+
+    for node in graph:
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_every_part_imports_only_from_the_parts_below_it():
+    assert not layer_violations(), "\n".join(layer_violations())
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    # A package's __init__ that re-exports its modules is not a circle with them.
+    cycles = [c for c in import_cycles() if not any(m.count(".") == 0 and m != c[0] for m in c[1:-1])]
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_layer_checks_catch_a_higher_import_and_a_circle(tmp_path):
+    """The checks fail where they should, on a package written outside src/."""
+    pkg = tmp_path / "kvtutor"
+    for part in ("caches", "models"):
+        (pkg / part).mkdir(parents=True)
+        (pkg / part / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "validate.py").write_text("", encoding="utf-8")
+    (pkg / "caches" / "kv.py").write_text("def f():\n    from ..models.gpt import G\n", encoding="utf-8")
+    (pkg / "models" / "gpt.py").write_text("from ..caches import kv\nfrom . import head\n", encoding="utf-8")
+    (pkg / "models" / "head.py").write_text(
+        "from .gpt import G\nfrom kvtutor.validate import x\n", encoding="utf-8"
+    )
+    assert kvtutor_imports(pkg / "models" / "gpt.py", pkg) == {"caches.kv", "models.head"}
+    assert kvtutor_imports(pkg / "models" / "head.py", pkg) == {"models.gpt", "validate"}
+    assert layer_violations(pkg) == ["caches.kv -> models.gpt (caches imports models)"]
+    cycles = {tuple(c) for c in import_cycles(pkg)}
+    assert ("models.gpt", "models.head", "models.gpt") in cycles or (
+        "models.head",
+        "models.gpt",
+        "models.head",
+    ) in cycles
+    assert any("caches.kv" in c and "models.gpt" in c for c in cycles), cycles

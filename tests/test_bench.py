@@ -13,10 +13,11 @@ import pytest
 import kvtutor
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("kvtutor.torch_model")
-from kvtutor import bench, timing  # noqa: E402
+pytest.importorskip("kvtutor.models.torch_model")
+from kvtutor import bench  # noqa: E402
 from kvtutor.bench import common  # noqa: E402
-from kvtutor.bench import goals as bench_goals  # noqa: E402
+from kvtutor.measure import goals as bench_goals  # noqa: E402
+from kvtutor.measure import timing  # noqa: E402
 from kvtutor.plots import perf  # noqa: E402
 
 SECTIONS = [
@@ -97,7 +98,7 @@ def test_sections_hold_the_numbers(recorded):
     assert ds["measured_compute_bound_batch"] == (fit["knee"] if fit["resolved"] else None)
     assert ds["predicted_compute_bound_batch"] is None or ds["predicted_compute_bound_batch"] >= 1
     bw = r["decode_bandwidth"]
-    assert bw["weight_bytes"] == kvtutor.costs.decode_weight_bytes(bench.MODELS["tiny"], 4)
+    assert bw["weight_bytes"] == kvtutor.measure.costs.decode_weight_bytes(bench.MODELS["tiny"], 4)
     probe_ratio = bw["weight_bytes_per_s"] / r["ceilings"]["gemv_bandwidth"]
     assert bw["ratio_to_probe_gemv"] == pytest.approx(probe_ratio)
     # the goal's ratio pairs the step with a GEMV timed beside it: the median of alternating rounds

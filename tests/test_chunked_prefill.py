@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor import backends
-from kvtutor.backends import forward_row, prefill_in_chunks
-from kvtutor.paged import PagedKVPool
-from kvtutor.serving import (
+from kvtutor.caches.paged import PagedKVPool
+from kvtutor.serving import backends
+from kvtutor.serving.backends import forward_row, prefill_in_chunks
+from kvtutor.serving.loop import (
     check_budget,
     latency_summary,
     run_serving,
@@ -379,7 +379,7 @@ def test_a_long_prompt_is_cut_beside_the_decodes_counted_by_hand(numpy_model):
 
 
 def test_take_chunks_is_first_come_first_served():
-    from kvtutor.serving import RequestRecord
+    from kvtutor.serving.loop import RequestRecord
 
     a, b, c = (RequestRecord(0, [1] * n, 2) for n in (5, 4, 3))
     b.chunks.append((0, 1))  # b has run 1 of its 4 prompt tokens

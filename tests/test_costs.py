@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor import costs
-from kvtutor.config import TOY_CONFIG
+from kvtutor.measure import costs
+from kvtutor.models.config import TOY_CONFIG
 
 # TOY_CONFIG: V=32, D=8, H=2, K=4, L=2, M=16, F=32. Per layer: W_Q, W_K, W_V are [8, 8] (192
 # weights), W_O [8, 8] (64), W_fc [8, 32] and W_proj [32, 8] (512): 768 matrix weights; biases
@@ -80,9 +80,9 @@ def test_kv_bytes_equal_numpy_cache_nbytes(n_kv_heads):
 def test_kv_bytes_equal_torch_cache_tensor_bytes():
     torch = pytest.importorskip("torch")
     try:
-        from kvtutor.torch_model import TorchModel
+        from kvtutor.models.torch_model import TorchModel
     except ImportError:
-        pytest.skip("kvtutor.torch_model is not available")
+        pytest.skip("kvtutor.models.torch_model is not available")
     cfg = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=3, max_seq_len=12, n_kv_heads=2)
     model = TorchModel.random(cfg, seed=0, device="cpu", dtype=torch.float32)
     prealloc = model.new_cache(3, capacity=10)

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor import costs
 from kvtutor.book import demos
 from kvtutor.book import wrong as book_wrong
-from kvtutor.numpy_model import causal_mask
+from kvtutor.measure import costs
+from kvtutor.models.numpy_model import causal_mask
 from kvtutor.plots import demos as demo_plots
 from kvtutor.plots import style
 

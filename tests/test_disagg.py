@@ -1,4 +1,4 @@
-"""The disaggregation simulator: its step-time model against kvtutor.costs, hand-built traces where
+"""The disaggregation simulator: its step-time model against kvtutor.measure.costs, hand-built traces where
 the answer is known (no queueing, a long prompt arriving mid-stream), properties of every run
 (conservation, causality, determinism) over random traces, the sweep and crossover helpers, clear
 errors for bad input, and the figures of kvtutor.plots.disagg (Agg backend)."""
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtutor import costs
-from kvtutor.config import ModelConfig
-from kvtutor.disagg import (
+from kvtutor.measure import costs
+from kvtutor.models.config import ModelConfig
+from kvtutor.serving.disagg import (
     DEFAULT_RATES,
     DEPLOYMENTS,
     LLAMA_7B_LIKE,
@@ -46,7 +46,7 @@ def roofline(cost: costs.Cost, model: StepModel = MODEL) -> float:
 
 
 def prefill_s(prompt_len: int, model: StepModel = MODEL) -> float:
-    """A whole prompt's prefill alone, straight from kvtutor.costs."""
+    """A whole prompt's prefill alone, straight from kvtutor.measure.costs."""
     cost = costs.prefill_cost(model.config, prompt_len, 1, model.dtype, all_logits=False)
     return roofline(cost, model)
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import assert_same_state, cache_state
 
 import kvtutor
-from kvtutor.quant_cache import QuantizedKVCache
+from kvtutor.caches.quant import QuantizedKVCache
 
 
 @pytest.fixture(params=["preallocated", "concat", "int8 per_channel", "int8 per_token"])
@@ -262,7 +262,7 @@ def test_generate_accepts_exactly_the_lengths_that_fit(toy_model):
 
 
 def test_sample_checks_the_temperature():
-    from kvtutor.numpy_model import sample
+    from kvtutor.models.numpy_model import sample
 
     logits = np.array([0.0, 1.0])
     assert sample(logits, 0) == 1 and sample(logits, np.float32(0.0)) == 1
@@ -451,7 +451,7 @@ def test_flash_kernels_check_shapes_and_dtypes_up_front():
     """A key head size unlike the query's, an integer dtype or mixed dtypes used to surface as a
     RuntimeError from inside torch; sdpa_backend(device="cuda") without CUDA as an AssertionError."""
     torch = pytest.importorskip("torch")
-    from kvtutor import flash
+    from kvtutor.measure import flash
 
     q, k, v = torch.randn(1, 4, 2, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
     k6, kh = torch.randn(1, 2, 5, 6), torch.randn(1, 4, 5, 6)
@@ -517,7 +517,7 @@ BIG = str(10**400)
 ])  # fmt: skip
 def test_absurd_sizes_get_one_line_and_exit_2(capsys, argv, message):
     """--memory-gib 1e300 used to end in a traceback (OverflowError), so did a huge --seq-len or --batch."""
-    from kvtutor import memory
+    from kvtutor.measure import memory
 
     assert memory.main(["llama-3-8b", *argv]) == 2
     out, err = capsys.readouterr()
@@ -525,8 +525,8 @@ def test_absurd_sizes_get_one_line_and_exit_2(capsys, argv, message):
 
 
 def test_kv_memory_refuses_absurd_budgets_and_counts():
-    from kvtutor.hf_config import load_model_spec
-    from kvtutor.memory import kv_memory
+    from kvtutor.measure.memory import kv_memory
+    from kvtutor.models.hf_config import load_model_spec
 
     spec = load_model_spec("llama-3-8b")
     for kwargs, match in [
@@ -540,7 +540,7 @@ def test_kv_memory_refuses_absurd_budgets_and_counts():
             kv_memory(spec, **{"seq_len": 1024, **kwargs})
     at_the_bounds = kv_memory(spec, 2**40, 2**40, memory_gib=2**30)  # the bounds themselves are accepted
     assert at_the_bounds.max_batch == 7 and not at_the_bounds.fits
-    assert "largest batch that fits: 7" in kvtutor.memory.format_report(at_the_bounds)
+    assert "largest batch that fits: 7" in kvtutor.measure.memory.format_report(at_the_bounds)
 
 
 def _config_file(tmp_path, name, text):
@@ -559,8 +559,8 @@ def test_every_bad_config_file_gets_one_line_naming_the_file(tmp_path, capsys):
     a TypeError; a size the spec refuses named no file."""
     import json
 
-    from kvtutor import memory
-    from kvtutor.hf_config import read_hf_config
+    from kvtutor.measure import memory
+    from kvtutor.models.hf_config import read_hf_config
 
     nested = [1]
     for _ in range(600):

@@ -14,15 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.backends import check_model
-from kvtutor.llama import LlamaConfig, LlamaModel
-from kvtutor.numpy_model import NumpyDecoder
-from kvtutor.serving import run_serving
-from kvtutor.speculative import PromptLookupDraft, layer_cut_draft, speculative_generate
+from kvtutor.models.llama import LlamaConfig, LlamaModel
+from kvtutor.models.numpy_model import NumpyDecoder
+from kvtutor.serving.backends import check_model
+from kvtutor.serving.loop import run_serving
+from kvtutor.serving.speculative import PromptLookupDraft, layer_cut_draft, speculative_generate
 
 torch = pytest.importorskip("torch")
-from kvtutor.torch_llama import TorchLlamaModel  # noqa: E402
-from kvtutor.torch_model import TorchDecoder  # noqa: E402
+from kvtutor.models.torch_llama import TorchLlamaModel  # noqa: E402
+from kvtutor.models.torch_model import TorchDecoder  # noqa: E402
 
 VOCAB, MAX_LEN = 24, 24
 GPT2 = kvtutor.ModelConfig(

@@ -1,4 +1,4 @@
-"""kvtutor.flash: the online softmax (FlashAttention) and split-KV decode (FlashDecoding) give plain
+"""kvtutor.measure.flash: the online softmax (FlashAttention) and split-KV decode (FlashDecoding) give plain
 attention's answer for every shape, block size and split count, GQA, the offset causal mask and
 scores large enough to overflow a naive softmax; their merges are associative; bad arguments are
 refused by name; the torch twins agree with NumPy."""
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtutor import flash
-from kvtutor.numpy_model import attend, attention_scores, attention_weights, causal_mask, repeat_kv
+from kvtutor.measure import flash
+from kvtutor.models.numpy_model import attend, attention_scores, attention_weights, causal_mask, repeat_kv
 
 TOL = {np.float32: {"rtol": 2e-4, "atol": 2e-5}, np.float64: {"rtol": 1e-10, "atol": 1e-12}}
 
@@ -284,7 +284,7 @@ def test_bad_decode_queries_and_dtypes_are_refused_by_name():
 
 
 def test_kvtutor_flash_imports_without_torch():
-    code = "import sys, kvtutor.flash; assert 'torch' not in sys.modules, 'torch was imported'"
+    code = "import sys, kvtutor.measure.flash; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,4 +1,4 @@
-"""kvtutor.gpu_report: the profiler-table parser on the recorded H200 table and on a fresh CPU
+"""kvtutor.measure.gpu_report: the profiler-table parser on the recorded H200 table and on a fresh CPU
 profile, the categories and their shares, the fixed-cost fit, the anchors against the stored
 ratios, the goal table and list (with and without a run of the current code); and the figures of
 kvtutor.plots.gpu."""
@@ -14,8 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from kvtutor import gpu_report as g  # noqa: E402
-from kvtutor import recorded  # noqa: E402
+from kvtutor.measure import gpu_report as g  # noqa: E402
+from kvtutor.measure import recorded  # noqa: E402
 from kvtutor.plots import gpu as gpu_plots  # noqa: E402
 from kvtutor.text import TEXT_WIDTH  # noqa: E402
 

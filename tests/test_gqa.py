@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.gpt2_weights import GPT2Weights, LayerWeights
-from kvtutor.numpy_model import repeat_kv
-from kvtutor.paged import PagedKVPool
+from kvtutor.caches.paged import PagedKVPool
+from kvtutor.models.gpt2_weights import GPT2Weights, LayerWeights
+from kvtutor.models.numpy_model import repeat_kv
 
 
 def divisor_pairs(max_heads: int = 8):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kvtutor
-from kvtutor.hf_config import (
+from kvtutor.models.hf_config import (
     ModelSpec,
     bundled_config_path,
     bundled_models,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtutor import knee, recorded
+from kvtutor.measure import knee, recorded
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 

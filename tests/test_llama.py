@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.llama import (
+from kvtutor.caches.paged import PagedKVPool
+from kvtutor.models.llama import (
     LlamaConfig,
     LlamaModel,
     apply_rope,
@@ -22,7 +23,6 @@ from kvtutor.llama import (
     silu,
     swiglu,
 )
-from kvtutor.paged import PagedKVPool
 
 IDS = [5, 17, 3, 60, 0, 42, 8, 8, 21, 33, 2]
 
@@ -270,8 +270,8 @@ def test_a_rotated_key_never_needs_rotating_again():
 def test_attention_is_gpt2s_attention_core_after_rope():
     """llama.attention projects, rotates q and k, then runs numpy_model.attention_core (the core
     GPT-2's attention runs too): the same numbers, bit for bit, as those steps by hand."""
-    from kvtutor.llama import attention
-    from kvtutor.numpy_model import attention_core, merge_heads, split_heads
+    from kvtutor.models.llama import attention
+    from kvtutor.models.numpy_model import attention_core, merge_heads, split_heads
 
     cfg = LlamaConfig(vocab_size=11, d_model=16, n_heads=4, n_layers=1, max_seq_len=8, d_ff=20, n_kv_heads=2)
     layer = LlamaModel.random(cfg, seed=2).weights.layers[0]

@@ -12,9 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor import memory
-from kvtutor.hf_config import ModelSpec, load_model_spec, spec_from_dict
-from kvtutor.memory import (
+from kvtutor.measure import memory
+from kvtutor.measure.memory import (
     GIB,
     KVBytes,
     KVQuant,
@@ -30,6 +29,7 @@ from kvtutor.memory import (
     stored_bytes_per_token,
     weights_bytes,
 )
+from kvtutor.models.hf_config import ModelSpec, load_model_spec, spec_from_dict
 
 
 def test_bytes_per_token_of_well_known_models():
@@ -271,7 +271,7 @@ def test_numbers_are_exact_integers():
     assert np.isclose(m.weights_bytes, 46_702_792_704)
 
 
-@pytest.mark.parametrize("name", kvtutor.hf_config.bundled_models())
+@pytest.mark.parametrize("name", kvtutor.models.hf_config.bundled_models())
 def test_report_fits_the_text_width(name):
     spec = load_model_spec(name)
     for seq_len in (spec.max_seq_len, 10 * spec.max_seq_len):  # the longest lines the report has
@@ -430,7 +430,7 @@ def test_per_channel_key_scales_by_hand():
 @pytest.mark.parametrize("key_mode", ["per_token", "per_channel"])
 @pytest.mark.parametrize("n_tokens", [1, 7, 8, 19, 24])
 def test_formula_equals_bytes_measured_on_the_int8_cache(key_mode, n_tokens):
-    from kvtutor.quant_cache import QuantizedKVCache
+    from kvtutor.caches.quant import QuantizedKVCache
 
     cfg = kvtutor.ModelConfig(vocab_size=30, d_model=32, n_heads=8, n_layers=3, max_seq_len=24, n_kv_heads=2)
     model = kvtutor.NumpyModel.random(cfg)
@@ -445,7 +445,7 @@ def test_formula_equals_bytes_measured_on_the_int8_cache(key_mode, n_tokens):
 
 
 def test_float_formats_agree_with_the_plain_formula():
-    for name in kvtutor.hf_config.bundled_models():
+    for name in kvtutor.models.hf_config.bundled_models():
         spec = load_model_spec(name)
         for dtype in ("bf16", "fp32", "fp8"):
             for n in (1, 4095, 4096, 5000, 40_000):
@@ -510,7 +510,7 @@ def test_kv_memory_reports_quantization_and_window():
 
 def test_shrink_rows_of_every_bundled_model():
     rows = kv_shrink_rows(32768)
-    assert [r.model for r in rows] == kvtutor.hf_config.bundled_models()
+    assert [r.model for r in rows] == kvtutor.models.hf_config.bundled_models()
     for r in rows:
         assert 1.9 < r.saving("int8") < 2 and r.saving("fp8") == 2
         assert r.int8_per_token > r.bf16_per_token // 2 and r.fp8_per_token * 2 == r.bf16_per_token
@@ -596,7 +596,7 @@ def test_cli_table_shows_bytes_and_savings(capsys):
     assert "scales" not in out and "vs bf16" not in out and "without the window" not in out
 
 
-@pytest.mark.parametrize("name", kvtutor.hf_config.bundled_models())
+@pytest.mark.parametrize("name", kvtutor.models.hf_config.bundled_models())
 def test_quantized_and_windowed_reports_fit_the_text_width(name, capsys):
     spec = load_model_spec(name)
     key_scales = "per_token" if spec.kv_lora_rank else "per_channel"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.cache import KVCache
+from kvtutor.caches.kv import KVCache
 
 
 @st.composite
@@ -90,7 +90,7 @@ def test_the_attention_core_hook_replaces_only_the_core(toy_model, kind):
     """forward(..., core=...) runs the model's own code around attention: with the model's core
     passed in, the logits are bit for bit the same; the hook is called once per layer, in order,
     with that layer's queries and the keys and values the cache returned."""
-    from kvtutor.numpy_model import attention_core
+    from kvtutor.models.numpy_model import attention_core
 
     calls = []
 
@@ -137,7 +137,7 @@ def test_toy_model_continues_the_cat_sat_on_the_mat(toy_model):
 
 
 def test_toy_weights_are_small_and_load_without_pickle():
-    path = kvtutor.toy.toy_weights_path()
+    path = kvtutor.models.toy.toy_weights_path()
     assert path.stat().st_size < 64 * 1024
     with np.load(path, allow_pickle=False) as data:
         assert "wte.weight" in data.files

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.cache import KVCache
-from kvtutor.paged import BlockAllocator, PagedKVCache, PagedKVPool, block_owners
-from kvtutor.paged_trace import Request, random_trace, shared_prefix_trace, simulate_trace
-from kvtutor.prefix_cache import block_hashes
+from kvtutor.caches.kv import KVCache
+from kvtutor.caches.paged import BlockAllocator, PagedKVCache, PagedKVPool, block_owners
+from kvtutor.caches.prefix import block_hashes
+from kvtutor.serving.paged_trace import Request, random_trace, shared_prefix_trace, simulate_trace
 
 
 def make_model(n_heads=4, n_kv_heads=2, d_head=4, n_layers=2, max_seq_len=48, vocab=30, seed=0):

@@ -110,7 +110,7 @@ def test_untied_lm_head_and_bad_heads_are_rejected(hf_and_ours):
 
 def test_build_hf_gpt2_holds_our_weights(hf_and_ours):
     """The one builder of transformers' GPT-2: from a model it holds that model's weights."""
-    from kvtutor.gpt2_weights import build_hf_gpt2
+    from kvtutor.models.gpt2_weights import build_hf_gpt2
 
     hf, ours = hf_and_ours
     rebuilt = build_hf_gpt2(ours)
@@ -124,7 +124,7 @@ def test_build_hf_gpt2_holds_our_weights(hf_and_ours):
 
 
 def test_build_hf_gpt2_from_a_config_and_its_errors():
-    from kvtutor.gpt2_weights import build_hf_gpt2, hf_gpt2_config
+    from kvtutor.models.gpt2_weights import build_hf_gpt2, hf_gpt2_config
 
     cfg = kvtutor.ModelConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1, max_seq_len=12, d_ff=40)
     hf_cfg = hf_gpt2_config(cfg)

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.paged import PagedKVPool
-from kvtutor.prefix_cache import (
+from kvtutor.caches.paged import PagedKVPool
+from kvtutor.caches.prefix import (
     ROOT_HASH,
     PrefixCachedSequence,
     PrefixCachingAllocator,
@@ -568,6 +568,6 @@ def test_importing_the_figures_module_does_not_import_matplotlib():
     import subprocess
     import sys
 
-    code = "import sys, kvtutor.plots.prefix, kvtutor.prefix_cache; print('matplotlib' in sys.modules)"
+    code = "import sys, kvtutor.plots.prefix, kvtutor.caches.prefix; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from test_prefix_cache import assert_same_state, gpt2, llama, pool_state
 
-from kvtutor.prefix_cache import PrefixCachingPool, block_hashes
+from kvtutor.caches.prefix import PrefixCachingPool, block_hashes
 
 MAX_LEN = 14  # positions per sequence (the models' max_seq_len)
 VOCAB = 3  # few tokens, so that prompts and generated tokens meet the same blocks again

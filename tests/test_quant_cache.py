@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.cache import PreallocatedKVCache
-from kvtutor.llama import LlamaConfig, LlamaModel
-from kvtutor.quant_cache import (
+from kvtutor.caches.kv import PreallocatedKVCache
+from kvtutor.caches.quant import (
     KEY_MODES,
     QMAX,
     AgreementReport,
@@ -23,6 +22,7 @@ from kvtutor.quant_cache import (
     quantize_int8,
     random_prompts,
 )
+from kvtutor.models.llama import LlamaConfig, LlamaModel
 
 DTYPES = [np.float32, np.float16, np.float64]
 

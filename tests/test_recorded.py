@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import kvtutor
-from kvtutor import ModelConfig, costs, recorded
-from kvtutor.bench import schema
+from kvtutor import ModelConfig
+from kvtutor.measure import costs, recorded, schema
 
 RUNS = Path(kvtutor.__file__).parent / recorded.RUNS
 BENCH_FILES = sorted(RUNS.rglob("bench-*.json"))

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.serving import check_requests, run_serving, serve, serve_static
+from kvtutor.serving.loop import check_requests, run_serving, serve, serve_static
 
 torch = pytest.importorskip("torch")
 
@@ -302,7 +302,7 @@ def test_a_prompt_of_m_minus_1_and_two_new_tokens_fits(numpy_model):
 
 def test_one_request_takes_one_slot_however_large_the_batch(numpy_model, monkeypatch):
     """max_batch_size=10**6 used to allocate a million caches (8-20 s, 1.8 GB) for one request."""
-    from kvtutor import backends
+    from kvtutor.serving import backends
 
     made = []
     original = backends.LoopedSlots.__init__

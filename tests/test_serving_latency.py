@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.serving import (
+from kvtutor.serving.loop import (
     LATENCY_METRICS,
     BatchSweepRow,
     LatencySummary,

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.speculative import (
+from kvtutor.models.toy import TOY_CORPUS
+from kvtutor.serving.speculative import (
     ModelDraft,
     PromptLookupDraft,
     SpeculativeResult,
@@ -24,7 +25,6 @@ from kvtutor.speculative import (
     token_probs,
     verify_draft,
 )
-from kvtutor.toy import TOY_CORPUS
 
 
 def chi_square_critical(df: int, z: float = 4.265) -> float:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import kvtutor
-from kvtutor import costs, timing
+from kvtutor.measure import costs, timing
 
 torch = pytest.importorskip("torch")
 

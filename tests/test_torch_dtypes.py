@@ -17,9 +17,9 @@ import kvtutor
 
 torch = pytest.importorskip("torch")
 
-from kvtutor import torch_engine as engine  # noqa: E402
-from kvtutor import torch_mirror as mirror  # noqa: E402
-from kvtutor import torch_model as tmod  # noqa: E402
+from kvtutor.models import torch_engine as engine  # noqa: E402
+from kvtutor.models import torch_mirror as mirror  # noqa: E402
+from kvtutor.models import torch_model as tmod  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

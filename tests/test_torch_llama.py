@@ -18,12 +18,12 @@ from test_llama import HF_CONFIGS, IDS, llama_and_tokens, make_hf  # noqa: E402
 from test_torch_model import assert_unchanged, snapshot  # noqa: E402
 
 import kvtutor  # noqa: E402
-from kvtutor import llama  # noqa: E402
-from kvtutor import torch_llama as tl  # noqa: E402
-from kvtutor.llama import LlamaConfig, LlamaModel  # noqa: E402
-from kvtutor.numpy_model import split_heads as np_split_heads  # noqa: E402
-from kvtutor.torch_cache import TorchKVCache  # noqa: E402
-from kvtutor.torch_llama import TorchLlamaModel  # noqa: E402
+from kvtutor.caches.torch_kv import TorchKVCache  # noqa: E402
+from kvtutor.models import llama  # noqa: E402
+from kvtutor.models import torch_llama as tl  # noqa: E402
+from kvtutor.models.llama import LlamaConfig, LlamaModel  # noqa: E402
+from kvtutor.models.numpy_model import split_heads as np_split_heads  # noqa: E402
+from kvtutor.models.torch_llama import TorchLlamaModel  # noqa: E402
 
 TOKENS = [
     3,

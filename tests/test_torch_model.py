@@ -16,12 +16,12 @@ import kvtutor
 
 torch = pytest.importorskip("torch")
 
-from kvtutor import torch_engine as engine  # noqa: E402
-from kvtutor import torch_mirror as mirror  # noqa: E402
 from kvtutor import validate  # noqa: E402
-from kvtutor.gpt2_weights import GPT2Weights  # noqa: E402
-from kvtutor.numpy_model import causal_mask as np_causal_mask  # noqa: E402
-from kvtutor.torch_cache import TorchPreallocatedKVCache  # noqa: E402
+from kvtutor.caches.torch_kv import TorchPreallocatedKVCache  # noqa: E402
+from kvtutor.models import torch_engine as engine  # noqa: E402
+from kvtutor.models import torch_mirror as mirror  # noqa: E402
+from kvtutor.models.gpt2_weights import GPT2Weights  # noqa: E402
+from kvtutor.models.numpy_model import causal_mask as np_causal_mask  # noqa: E402
 
 ATOL = 2e-5
 IDS = [5, 17, 3, 40, 0, 42, 8, 8, 21, 33, 1, 49]
@@ -146,7 +146,7 @@ def test_gelu_inplace_equals_gelu():
     y = x.clone()
     assert mirror.gelu(y, inplace=True) is y
     torch.testing.assert_close(y, ref)
-    np.testing.assert_allclose(ref.numpy(), kvtutor.numpy_model.gelu(x.numpy()), atol=1e-6)
+    np.testing.assert_allclose(ref.numpy(), kvtutor.models.numpy_model.gelu(x.numpy()), atol=1e-6)
 
 
 def test_random_matches_numpy_random():

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.gpt2_weights import check_against_hf_config, weights_from_state_dict
+from kvtutor.models.gpt2_weights import check_against_hf_config, weights_from_state_dict
 
 CFG = kvtutor.ModelConfig(vocab_size=20, d_model=8, n_heads=2, n_layers=3, max_seq_len=8)
 CLEAN = kvtutor.NumpyModel.random(CFG, seed=3)

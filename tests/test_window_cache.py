@@ -13,10 +13,8 @@ from test_errors import BAD_PREFILL, BAD_TOKEN
 from test_quant_cache import operations
 
 import kvtutor
-from kvtutor.cache import PreallocatedKVCache, cache_mask
-from kvtutor.llama import LlamaConfig, LlamaModel
-from kvtutor.numpy_model import causal_mask
-from kvtutor.window_cache import (
+from kvtutor.caches.kv import PreallocatedKVCache, cache_mask
+from kvtutor.caches.window import (
     BandedKVCache,
     EvictionReport,
     SlidingWindowKVCache,
@@ -25,6 +23,8 @@ from kvtutor.window_cache import (
     measure_eviction,
     window_mask,
 )
+from kvtutor.models.llama import LlamaConfig, LlamaModel
+from kvtutor.models.numpy_model import causal_mask
 
 # ---------------------------------------------------------------- the mask
 
@@ -416,7 +416,7 @@ def test_speculative_decoding_rolls_back_within_the_window(toy_model, window, n_
     ring had evicted; the message was about ``length``, an argument never passed) and left the cache
     empty. The ring keeps what the last advance pushed out, so every round rolls back: the tokens
     are plain greedy decoding's on the same window, and the cache ends holding the same rows."""
-    from kvtutor.speculative import PromptLookupDraft, layer_cut_draft, speculative_run
+    from kvtutor.serving.speculative import PromptLookupDraft, layer_cut_draft, speculative_run
 
     prompt = [1, 2, 3, 1, 2, 3, 1]
     n_new = toy_model.config.max_seq_len - len(prompt) + 1

@@ -29,13 +29,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .cache import ConcatKVCache, KVCache, PreallocatedKVCache
-from .config import TOY_CONFIG, ModelConfig
+from .caches.kv import ConcatKVCache, KVCache, PreallocatedKVCache
 from .extras import installed, missing_extra
-from .llama import LlamaConfig, LlamaModel
-from .numpy_model import NumpyModel
-from .tokenizer import ToyTokenizer
-from .toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
+from .models.config import TOY_CONFIG, ModelConfig
+from .models.llama import LlamaConfig, LlamaModel
+from .models.numpy_model import NumpyModel
+from .models.tokenizer import ToyTokenizer
+from .models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
 
 __version__ = "0.1.0"
 
@@ -56,7 +56,7 @@ __all__ = [
 
 # torch is optional: kvtutor imports without it, TorchModel needs it (and `import *` offers it only then)
 #: The names that need torch, and the module each comes from (imported on first use).
-_TORCH_NAMES = {"TorchModel": "torch_model", "TorchLlamaModel": "torch_llama"}
+_TORCH_NAMES = {"TorchModel": "models.torch_model", "TorchLlamaModel": "models.torch_llama"}
 
 if installed("torch"):
     __all__ += list(_TORCH_NAMES)

@@ -6,7 +6,7 @@ import sys
 
 COMMANDS = {
     "bench": ("kvtutor.bench", "measure prefill/decode against this machine's ceilings"),
-    "kv-memory": ("kvtutor.memory", "KV-cache and weight memory of a model config.json"),
+    "kv-memory": ("kvtutor.measure.memory", "KV-cache and weight memory of a model config.json"),
 }
 
 

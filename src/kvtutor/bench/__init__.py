@@ -23,6 +23,8 @@ experiments share), ``experiments`` and ``engine`` (the sections, one function e
 
 from __future__ import annotations
 
+from ..measure.goals import GIB, GPU_GOALS, evaluate_goals
+from ..measure.schema import SCHEMA_VERSION, check_result, load_result
 from .cli import main, run, summary, write_result
 from .common import ceilings, make_model
 from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
@@ -37,8 +39,6 @@ from .experiments import (
     run_prefill_vs_matmul,
     run_static_vs_concat,
 )
-from .goals import GIB, GPU_GOALS, evaluate_goals
-from .schema import SCHEMA_VERSION, check_result, load_result
 from .tables import MODELS, SIZES, sizes
 
 __all__ = [

@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import timing
 from ..extras import missing_extra
-from ..timing import bench_size, describe, load_average, probe_machine
+from ..measure import timing
+from ..measure.goals import evaluate_goals
+from ..measure.schema import SCHEMA_VERSION, check_result
+from ..measure.timing import bench_size, describe, load_average, probe_machine
 from ..validate import default_device, dtype_info
 from .common import MEASURED_HOOKS, ceilings, make_model
 from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
@@ -34,12 +36,10 @@ from .experiments import (
     run_prefill_vs_matmul,
     run_static_vs_concat,
 )
-from .goals import evaluate_goals
-from .schema import SCHEMA_VERSION, check_result
 from .tables import sizes
 
 if TYPE_CHECKING:
-    from ..torch_model import TorchModel
+    from ..models.torch_model import TorchModel
 
 __all__ = ["BENCH_DTYPES", "RUN_SECTIONS", "run", "write_result", "summary", "main"]
 

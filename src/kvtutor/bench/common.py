@@ -12,14 +12,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .. import costs
-from ..config import ModelConfig
-from ..timing import Measurement, time_fn
+from ..measure import costs
+from ..measure.timing import Measurement, time_fn
+from ..models.config import ModelConfig
 from ..validate import check_int, dtype_info, torch_dtype
 from .tables import MODELS
 
 if TYPE_CHECKING:
-    from ..torch_model import TorchModel
+    from ..models.torch_model import TorchModel
 
 __all__ = [
     "MEASURED_HOOKS",
@@ -75,7 +75,7 @@ def make_model(
     config: ModelConfig | str, device: str = "cpu", dtype: Any = None, seed: int = 0
 ) -> TorchModel:
     """A ``TorchModel`` with random weights, for a config or a name in MODELS."""
-    from ..torch_model import TorchModel
+    from ..models.torch_model import TorchModel
 
     cfg = MODELS[config] if isinstance(config, str) else config
     dt = None if dtype is None else torch_dtype(dtype)
@@ -160,7 +160,7 @@ def weight_products(model: TorchModel, n_rows: int) -> Callable[[], Any]:
     a probe in two: the products themselves, and everything between them."""
     import torch
 
-    from ..torch_mirror import linear, lm_head
+    from ..models.torch_mirror import linear, lm_head
 
     cfg = model.config
     g = torch.Generator().manual_seed(0)

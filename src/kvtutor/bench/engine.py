@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import costs
-from ..gpt2_weights import build_hf_gpt2
+from ..measure import costs
+from ..models.gpt2_weights import build_hf_gpt2
 from ..validate import dtype_info
 from .common import (
     check_repeats,
@@ -27,7 +27,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..torch_model import TorchModel
+    from ..models.torch_model import TorchModel
 
 __all__ = ["run_engine", "run_big_decode", "run_generate_vs_hf_static", "run_graph_vs_concat"]
 

@@ -10,10 +10,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import costs, timing
-from ..config import ModelConfig
-from ..gpt2_weights import build_hf_gpt2
-from ..knee import fit_knee
+from ..measure import costs, timing
+from ..measure.knee import fit_knee
+from ..models.config import ModelConfig
+from ..models.gpt2_weights import build_hf_gpt2
 from ..validate import dtype_info, torch_dtype
 from .common import (
     check_repeats,
@@ -33,7 +33,7 @@ from .common import (
 from .tables import MODELS
 
 if TYPE_CHECKING:
-    from ..torch_model import TorchModel
+    from ..models.torch_model import TorchModel
 
 __all__ = [
     "run_prefill_sweep",
@@ -259,8 +259,8 @@ def run_generate_vs_transformers(
         return {"skipped": "transformers is not installed"}
     import torch
 
-    from ..numpy_model import NumpyModel
-    from ..torch_model import TorchModel
+    from ..models.numpy_model import NumpyModel
+    from ..models.torch_model import TorchModel
 
     cfg = MODELS[config] if isinstance(config, str) else config
     np_model = NumpyModel.random(cfg, seed=seed)

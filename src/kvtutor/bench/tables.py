@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import ModelConfig
-from ..timing import bench_size
+from ..measure.timing import bench_size
+from ..models.config import ModelConfig
 
 __all__ = ["MODELS", "SIZES", "sizes"]
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import ConcatKVCache, KVCache, PreallocatedKVCache, make_cache
-from ..config import ModelConfig
-from ..gpt2_weights import LayerWeights
-from ..numpy_model import (
+from ..caches.kv import ConcatKVCache, KVCache, PreallocatedKVCache, make_cache
+from ..models.config import ModelConfig
+from ..models.gpt2_weights import LayerWeights
+from ..models.numpy_model import (
     NumpyModel,
     apply_mask,
     attend,

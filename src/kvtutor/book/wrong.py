@@ -1,7 +1,7 @@
 """Deliberately wrong variants of the model (chapters 5 to 7), each one change to it.
 
 Every variant runs the real ``NumpyModel.forward`` with its attention core replaced through the
-``core`` hook (``kvtutor.numpy_model.attention``): projections, cache writes, FFN and LM head are
+``core`` hook (``kvtutor.models.numpy_model.attention``): projections, cache writes, FFN and LM head are
 the model's own, so a chapter can run a variant beside the model and show where the numbers part
 ways. The right counterparts are in ``kvtutor.book.demos``.
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import KVCache, PreallocatedKVCache
-from ..numpy_model import NumpyModel, causal_mask, repeat_kv
+from ..caches.kv import KVCache, PreallocatedKVCache
+from ..models.numpy_model import NumpyModel, causal_mask, repeat_kv
 from ..validate import check_token_id
 from .demos import QCache, attention_offset_mask, masked_attention
 

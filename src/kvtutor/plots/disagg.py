@@ -2,7 +2,7 @@
 decodes beside it, latency percentiles against the arrival rate for each deployment, and the
 prefill:decode split.
 
-Every function draws what ``kvtutor.disagg`` computed (its ``SimResult`` or the rows of
+Every function draws what ``kvtutor.serving.disagg`` computed (its ``SimResult`` or the rows of
 ``sweep_rates`` and ``sweep_split``) and returns the matplotlib ``Figure``; matplotlib is imported
 when a function runs (``style.pyplot``).
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..disagg import SimResult
+from ..serving.disagg import SimResult
 from .style import DASHES, DECODE_COLOR, GREEN, PAGE_WIDTH, PROMPT_COLOR, PURPLE, RED, SERIES_COLORS, pyplot
 
 if TYPE_CHECKING:

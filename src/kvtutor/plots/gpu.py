@@ -1,6 +1,6 @@
 """Figures of the "Decode on a GPU" chapter: a recorded run's GPU time by kind of work, and the
 anchor configurations' step times against the bandwidth floor (the numbers are read by
-``kvtutor.gpu_report``). matplotlib is imported when a function runs (``style.pyplot``).
+``kvtutor.measure.gpu_report``). matplotlib is imported when a function runs (``style.pyplot``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .style import BLUE, DARK, GREY, KIND_COLORS, pyplot
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ..gpu_report import Anchor
+    from ..measure.gpu_report import Anchor
 
 __all__ = ["plot_device_time", "plot_step_times"]
 

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..hf_config import bundled_models, load_model_spec
-from ..memory import (
+from ..measure.memory import (
     GIB,
     format_report,
     kv_bytes_per_sequence,
@@ -24,12 +23,13 @@ from ..memory import (
     stored_bytes_per_sequence,
     weights_bytes,
 )
+from ..models.hf_config import bundled_models, load_model_spec
 from .style import BLUE, COLORS, DASHES, GREEN, ORANGE, PURPLE, pyplot
 
 if TYPE_CHECKING:
-    from ..memory import ShrinkRow
-    from ..paged import PagedKVCache, PagedKVPool
-    from ..paged_trace import TraceResult
+    from ..caches.paged import PagedKVCache, PagedKVPool
+    from ..measure.memory import ShrinkRow
+    from ..serving.paged_trace import TraceResult
 
 __all__ = [
     "plot_memory_vs_context",

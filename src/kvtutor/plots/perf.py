@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..knee import fit_sweep
+from ..measure.knee import fit_sweep
 from .style import DECODE_COLOR, FIT_COLOR, PREDICTED_STYLE, PROMPT_COLOR, ROOF_COLOR, TAB_RED, pyplot
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def plot_prefill_times(prefill: dict[str, Any], title: str = "") -> Figure:
 
 def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
     """Decode step time and tokens/s vs batch size, with the roofline's prediction, the two-arm fit
-    of ``kvtutor.knee`` and, where the sweep resolves one, the measured knee."""
+    of ``kvtutor.measure.knee`` and, where the sweep resolves one, the measured knee."""
     pts = _check_section("decode", decode)
     plt = pyplot()
     fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(9.6, 3.6))

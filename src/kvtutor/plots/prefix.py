@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..paged import block_owners
+from ..caches.paged import block_owners
 from .style import COLORS, DARK, EMPTY_COLOR, LIGHT_GREY, PAGE_WIDTH, PREDICTED_STYLE, PROMPT_COLOR, pyplot
 
 if TYPE_CHECKING:
-    from ..prefix_cache import PrefixCachedSequence, PrefixCachingPool
+    from ..caches.prefix import PrefixCachedSequence, PrefixCachingPool
 
 __all__ = ["draw_prefix_sharing", "plot_hit_rate_vs_pool"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..serving import BatchSweepRow, LatencySummary, ServingTrace, latency_summary, step_durations
+from ..serving.loop import BatchSweepRow, LatencySummary, ServingTrace, latency_summary, step_durations
 from .style import DECODE_COLOR, POLICY_COLORS, PROMPT_COLOR, SERIES_COLORS, WAIT_COLOR, pyplot
 
 if TYPE_CHECKING:

@@ -1,0 +1,369 @@
+"""A paged KV cache (the PagedAttention idea) for the NumPy model.
+
+Memory is one pool of fixed-size blocks, each holding ``block_size`` token positions of keys and
+values for every layer and KV head. A sequence owns no buffer of its own, only a *block table*:
+the list of pool blocks that hold its positions 0..P-1, P..2P-1, and so on. A free list hands out
+blocks as sequences grow and takes them back when they finish, so a sequence holds at most one
+partly filled block, instead of a buffer reserved for the longest sequence it might become.
+
+Blocks carry reference counts. ``fork`` gives a second sequence the same block table (a shared
+prompt is stored once); the first write into a shared block copies it (copy-on-write).
+
+``PagedKVCache`` (one sequence) follows the cache protocol of ``kvtutor.caches.kv``, so
+``NumpyModel.prefill`` and ``decode_step`` run on it unchanged. Two letters join the dimension key
+here: N blocks in the pool and P token positions per block, e.g. the pool's keys ``k_LNHPK``.
+
+``kvtutor.serving.paged_trace`` replays a trace of requests through these blocks, or through contiguous
+buffers, and records memory reserved and used. ``kvtutor.caches.prefix`` builds automatic prefix
+caching on these classes: full blocks named by a hash of their tokens, kept after their sequences
+finish and found again by later prompts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..validate import check_int
+from .kv import CacheBase, check_cache_args
+
+__all__ = [
+    "BlockAllocator",
+    "PagedKVPool",
+    "PagedKVCache",
+    "BlockUsage",
+    "block_owners",
+]
+
+
+class BlockAllocator:
+    """The bookkeeping of a block pool: a free list and a reference count per
+    block (no data).
+
+    The book shows this in "A paged KV cache".
+    """
+
+    def __init__(self, n_blocks: int) -> None:
+        self.n_blocks = check_int("n_blocks", n_blocks, 1)
+        # highest block first, so that pop() hands out block 0 first
+        self.free_list: list[int] = list(range(self.n_blocks - 1, -1, -1))
+        self.refcount = [0] * self.n_blocks
+
+    @property
+    def n_free(self) -> int:
+        return len(self.free_list)
+
+    @property
+    def n_used(self) -> int:
+        return self.n_blocks - len(self.free_list)
+
+    def allocate(self) -> int:
+        """Take a block off the free list (reference count 1)."""
+        if not self.free_list:
+            raise ValueError(
+                "allocate: expected a free block, "
+                f"got none of {self.n_blocks} free"
+            )  # fmt: skip
+        block = self.free_list.pop()
+        self.refcount[block] = 1
+        return block
+
+    def retain(self, block: int) -> None:
+        """One more owner of an allocated block (a forked sequence shares
+        it)."""
+        self._check_allocated(block)
+        self.refcount[block] += 1
+
+    def release(self, block: int) -> None:
+        """One owner less; the block goes back on the free list when nobody
+        holds it."""
+        self._check_allocated(block)
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            self.free_list.append(block)
+
+    def _check_allocated(self, block: int) -> None:
+        check_int("block", block, 0, self.n_blocks - 1)
+        if self.refcount[block] == 0:
+            raise ValueError(
+                "block: expected an allocated block, "
+                f"got free block {block}"
+            )  # fmt: skip
+
+
+def block_owners(seqs: Any) -> tuple[dict[int, int], dict[int, int]]:
+    """For sequences of one pool: the index (in ``seqs``) of the first that holds each block, and
+    how many of each block's positions hold data (the most any holder has written)."""
+    owner: dict[int, int] = {}
+    filled: dict[int, int] = {}
+    for i, seq in enumerate(seqs):
+        p = seq.block_size
+        for j, block in enumerate(seq.block_table):
+            owner.setdefault(block, i)
+            filled[block] = max(filled.get(block, 0), min(p, max(0, len(seq) - j * p)))
+    return owner, filled
+
+
+@dataclass(frozen=True)
+class BlockUsage:
+    """Pool accounting. ``bytes_reserved`` counts every block in use, ``bytes_used`` only the token
+    positions that hold data (a shared block counts once)."""
+
+    n_blocks: int
+    blocks_used: int
+    blocks_free: int
+    blocks_shared: int
+    tokens_stored: int
+    block_bytes: int
+    token_bytes: int
+
+    @property
+    def bytes_reserved(self) -> int:
+        return self.blocks_used * self.block_bytes
+
+    @property
+    def bytes_used(self) -> int:
+        return self.tokens_stored * self.token_bytes
+
+    @property
+    def bytes_wasted(self) -> int:
+        return self.bytes_reserved - self.bytes_used
+
+
+class PagedKVPool:
+    """Physical KV memory: keys and values of N blocks x P positions, [L, N, H, P, K] each."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        d_head: int,
+        n_blocks: int,
+        block_size: int,
+        dtype: Any = np.float32,
+        max_seq_len: int | None = None,
+    ) -> None:
+        for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head)):
+            check_int(name, value, 1)
+        self.block_size = check_int("block_size", block_size, 1)
+        dtype = check_cache_args(n_layers, n_kv_heads, self.block_size, d_head, dtype)
+        self.allocator = BlockAllocator(n_blocks)
+        self.n_layers, self.n_kv_heads, self.d_head = int(n_layers), int(n_kv_heads), int(d_head)
+        shape = (self.n_layers, self.allocator.n_blocks, self.n_kv_heads, self.block_size, self.d_head)
+        self.k_LNHPK = np.zeros(shape, dtype=dtype)
+        self.v_LNHPK = np.zeros(shape, dtype=dtype)
+        full = self.allocator.n_blocks * self.block_size
+        self.max_seq_len = full if max_seq_len is None else check_int("max_seq_len", max_seq_len, 1)
+        self.sequences: list[PagedKVCache] = []
+
+    @classmethod
+    def for_model(cls, model: Any, n_blocks: int, block_size: int) -> PagedKVPool:
+        """A pool shaped for ``model`` (a NumpyModel or LlamaModel): its layers, KV heads, head dim,
+        dtype and context. Anything else is a TypeError naming ``model``."""
+        cfg, weights = getattr(model, "config", None), getattr(model, "weights", None)
+        if cfg is None or weights is None:
+            raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
+        dtype = weights.wte_VD.dtype
+        return cls(cfg.n_layers, cfg.n_kv_heads, cfg.d_head, n_blocks, block_size, dtype, cfg.max_seq_len)
+
+    @property
+    def n_blocks(self) -> int:
+        return self.allocator.n_blocks
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block: K and V for P positions in every layer and KV head."""
+        return 2 * self.n_layers * self.n_kv_heads * self.block_size * self.d_head * self.k_LNHPK.itemsize
+
+    @property
+    def token_bytes(self) -> int:
+        return self.block_bytes // self.block_size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole pool (allocated up front, handed out block by block)."""
+        return self.k_LNHPK.nbytes + self.v_LNHPK.nbytes
+
+    def new_sequence(self, capacity: int | None = None) -> PagedKVCache:
+        """An empty sequence: no blocks yet; it takes them as it grows, up to ``capacity`` tokens."""
+        capacity = (
+            self.max_seq_len if capacity is None else check_int("capacity", capacity, 1, self.max_seq_len)
+        )
+        seq = PagedKVCache(self, capacity)
+        self.sequences.append(seq)
+        return seq
+
+    def fork(self, seq: PagedKVCache) -> PagedKVCache:
+        """A new sequence that shares every block of ``seq`` (prefix sharing, copy-on-write)."""
+        self._check_live(seq, "seq")
+        child = type(seq)(self, seq.capacity)  # a subclass's sequences fork into their own kind
+        child.block_table = seq.block_table[: seq.n_blocks_needed(len(seq))]
+        for block in child.block_table:
+            self.allocator.retain(block)
+        child._length = len(seq)
+        child._written = [len(seq)] * self.n_layers
+        self.sequences.append(child)
+        return child
+
+    def usage(self) -> BlockUsage:
+        """Blocks in use, shared blocks, and the token positions that actually hold data."""
+        _, filled = block_owners(self.sequences)
+        shared = sum(1 for r in self.allocator.refcount if r > 1)
+        return BlockUsage(
+            n_blocks=self.n_blocks, blocks_used=self.allocator.n_used, blocks_free=self.allocator.n_free,
+            blocks_shared=shared, tokens_stored=sum(filled.values()), block_bytes=self.block_bytes,
+            token_bytes=self.token_bytes,
+        )  # fmt: skip
+
+    def _check_live(self, seq: Any, name: str) -> None:
+        if not isinstance(seq, PagedKVCache) or seq.pool is not self:
+            raise TypeError(f"{name}: expected a sequence of this pool, got {type(seq).__name__}")
+        if not seq.live:
+            raise ValueError(f"{name}: expected a live sequence, got one that was freed")
+
+    def _copy_block(self, src: int, dst: int) -> None:
+        self.k_LNHPK[:, dst] = self.k_LNHPK[:, src]
+        self.v_LNHPK[:, dst] = self.v_LNHPK[:, src]
+
+
+class PagedKVCache(CacheBase):
+    """One sequence's view of a ``PagedKVPool``: a block table and a length.
+
+    ``keys(layer)`` gathers the sequence's blocks into [H, len, K]; a GPU kernel reads the blocks
+    where they lie instead, but the numbers, and so the attention, are the same.
+    """
+
+    def __init__(self, pool: PagedKVPool, capacity: int) -> None:
+        self.pool = pool
+        self.n_layers, self.n_kv_heads, self.d_head = pool.n_layers, pool.n_kv_heads, pool.d_head
+        self._capacity = capacity
+        self.block_table: list[int] = []
+        self._length = 0
+        self._written = [0] * pool.n_layers  # positions written per layer, committed or not
+        self.live = True  # False once free() has given the blocks back
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def block_size(self) -> int:
+        return self.pool.block_size
+
+    def n_blocks_needed(self, n_tokens: int) -> int:
+        return math.ceil(n_tokens / self.pool.block_size)
+
+    # ------------------------------------------------------------ reading
+    def gather(self, buf_LNHPK: np.ndarray, layer: int, length: int) -> np.ndarray:
+        """[H, length, K]: this sequence's blocks of one layer, in table order.
+
+        The book shows this in "A paged KV cache".
+        """
+        blocks = self.block_table[: self.n_blocks_needed(length)]
+        x_NHPK = buf_LNHPK[layer, blocks]
+        x_HNPK = x_NHPK.transpose(1, 0, 2, 3)  # (H, n, P, K)
+        n_positions = len(blocks) * self.pool.block_size
+        x_HSK = x_HNPK.reshape(self.n_kv_heads, n_positions, self.d_head)
+        return x_HSK[:, :length]
+
+    def keys(self, layer: int) -> np.ndarray:
+        """[H, len, K], gathered from the blocks (a copy)."""
+        self._check_layer(layer)
+        return self.gather(self.pool.k_LNHPK, layer, self._length)
+
+    def values(self, layer: int) -> np.ndarray:
+        """[H, len, K], gathered from the blocks (a copy)."""
+        self._check_layer(layer)
+        return self.gather(self.pool.v_LNHPK, layer, self._length)
+
+    # ------------------------------------------------------------ writing
+    def prepare(self, n_new: int) -> None:
+        """Make the blocks for positions len .. len+n_new-1 exist and be this
+        sequence's alone.
+
+        Counts first and raises before changing anything when the free list is
+        too short.
+
+        The book shows this in "A paged KV cache".
+        """
+        alloc = self.pool.allocator
+        first = self._length // self.block_size
+        need = self.n_blocks_needed(self._length + n_new)
+        shared = [
+            j
+            for j in range(first, min(need, len(self.block_table)))
+            if alloc.refcount[self.block_table[j]] > 1
+        ]
+        missing = max(0, need - len(self.block_table))
+        n_wanted = missing + len(shared)
+        if n_wanted > alloc.n_free:
+            raise ValueError(
+                f"cache: out of blocks: {n_new} new tokens need {n_wanted} free "
+                f"blocks, the pool has {alloc.n_free} of {alloc.n_blocks} (free "
+                "finished sequences, or make a bigger pool)"
+            )
+        # copy-on-write: this sequence gets its own copy of each shared block
+        for j in shared:
+            old, new = self.block_table[j], alloc.allocate()
+            self.pool._copy_block(old, new)
+            alloc.release(old)
+            self.block_table[j] = new
+        self.block_table += [alloc.allocate() for _ in range(missing)]
+
+    def update(self, layer, k_new_HTK, v_new_HTK):
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write into the blocks at
+        len .. len+T-1.
+
+        The book shows this in "A paged KV cache".
+        """
+        if not self.live:
+            raise ValueError(
+                "cache: expected a live sequence, got one that was freed",
+            )
+        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
+        self.prepare(n_new)
+        pos, done, size = self._length, 0, self.block_size
+        while done < n_new:
+            block, offset = self.block_table[pos // size], pos % size
+            rows = min(size - offset, n_new - done)
+            dst, src = slice(offset, offset + rows), slice(done, done + rows)
+            self.pool.k_LNHPK[layer, block, :, dst] = k_new_HTK[:, src]
+            self.pool.v_LNHPK[layer, block, :, dst] = v_new_HTK[:, src]
+            pos, done = pos + rows, done + rows
+        self._written[layer] = self._length + n_new
+        end = self._length + n_new
+        keys_HSK = self.gather(self.pool.k_LNHPK, layer, end)
+        values_HSK = self.gather(self.pool.v_LNHPK, layer, end)
+        return keys_HSK, values_HSK
+
+    def advance(self, n_tokens: int) -> None:
+        n_tokens = check_int("n_tokens", n_tokens, 0, min(self._written) - self._length)
+        self._length += n_tokens
+
+    def truncate(self, length: int) -> None:
+        """Forget positions from ``length`` on; blocks no longer needed go back to the pool."""
+        self._length = check_int("length", length, 0, self._length)
+        self._written = [self._length] * self.n_layers
+        keep = self.n_blocks_needed(self._length)
+        for block in self.block_table[keep:]:
+            self.pool.allocator.release(block)
+        del self.block_table[keep:]
+
+    def fork(self) -> PagedKVCache:
+        """A second sequence sharing this one's blocks (see ``PagedKVPool.fork``)."""
+        return self.pool.fork(self)
+
+    def free(self) -> None:
+        """Give every block back; the sequence is finished and may not be used again."""
+        self.pool._check_live(self, "cache")
+        self.truncate(0)
+        self.live = False
+        self.pool.sequences = [s for s in self.pool.sequences if s is not self]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the blocks in this sequence's table (shared blocks included)."""
+        return len(self.block_table) * self.pool.block_bytes

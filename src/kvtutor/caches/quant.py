@@ -1,0 +1,367 @@
+"""A quantized KV cache for the NumPy models: keys and values stored as int8 with scales.
+
+The cache quantizes at store time and dequantizes when attention reads, so ``NumpyModel`` and
+``LlamaModel`` run on it unchanged through the protocol of ``kvtutor.caches.kv`` (``update`` /
+``advance``, ``truncate``, ``keys`` / ``values``). Quantization is symmetric int8: a slice x gets
+``scale = max|x| / 127`` and is stored as ``q = round(x / scale)`` in [-127, 127]; reading gives
+``q * scale``. Rounding moves each element by at most half a step, so **every dequantized element
+is within scale / 2 of the float it was quantized from** (exactly so in real arithmetic; the float
+products add a few units in the last place of max|x|). A slice of zeros gets scale 0 and reads back
+as zeros.
+
+Which elements share a scale is the design choice:
+
+- **values, per token**: one scale per head and token, over the K channels of the row. Attention
+  mixes whole value rows, so a row's error stays that row's.
+- **keys, per channel** (``key_mode="per_channel"``, the default, as KIVI does): one scale per head
+  and channel, over a group of ``group_size`` tokens. Keys have *outlier channels*: a few of the K
+  channels carry magnitudes many times the others', the same channels at every token. A per-token
+  scale is set by the row's outlier, so every other channel of that row is rounded in steps of
+  outlier / 127 and loses most of its digits; a per-channel scale fits each channel's own range.
+  A channel's scale needs several tokens, so the tokens of a group that is not full yet stay in the
+  cache's float dtype (the *residual*) until the group fills; then the group is quantized once and
+  its scales never change.
+- **keys, per token** (``key_mode="per_token"``): like the values; simpler, worse with outliers.
+
+Scales are stored in float32 (float64 for a float64 cache). ``nbytes`` counts what the stored
+positions take (int8 payload, scales, float residual) and ``float_nbytes`` what a float cache of
+the same length would take, so their ratio is the saving. ``measure_agreement`` runs a model with a
+float and a quantized cache side by side and counts where their greedy tokens agree.
+
+One letter of the dimension key is specific here: N counts token groups (``group_size`` positions
+each), as in the per-channel key scales ``k_scale_LHNK``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..validate import check_int, check_max_new_tokens, check_token_ids
+from .kv import CacheBase, check_cache_args
+
+__all__ = [
+    "KEY_MODES",
+    "DEFAULT_GROUP_SIZE",
+    "quantize_int8",
+    "dequantize_int8",
+    "QuantizedKVCache",
+    "AgreementReport",
+    "random_prompts",
+    "measure_agreement",
+]
+
+#: How keys are quantized: one scale per channel over a group of tokens, or one per token.
+KEY_MODES = ("per_channel", "per_token")
+
+#: Tokens per group of per-channel key scales (KIVI's group size).
+DEFAULT_GROUP_SIZE = 32
+
+#: The largest int8 magnitude used: symmetric, so -128 is never stored.
+QMAX = 127
+
+
+def quantize_int8(x: np.ndarray, axis: int, scale_dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """x -> q (int8, x's shape), scale (x's shape with ``axis`` of size 1): symmetric int8 over
+    ``axis``. scale = max|x| / 127 along ``axis``, q = round(x / scale) clipped to [-127, 127]; a
+    slice of zeros gets scale 0 and q 0. ``dequantize_int8(q, scale)`` is within scale / 2 of x."""
+    x64 = np.asarray(x, dtype=np.float64)
+    scale = (np.max(np.abs(x64), axis=axis, keepdims=True) / QMAX).astype(scale_dtype)
+    step = scale.astype(np.float64)
+    safe = np.where(step > 0, step, 1.0)  # a zero slice: q = round(0 / 1) = 0
+    q = np.clip(np.rint(x64 / safe), -QMAX, QMAX).astype(np.int8)
+    return q, scale
+
+
+def dequantize_int8(q: np.ndarray, scale: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+    """int8 q, a scale that broadcasts against it -> q * scale, in ``dtype``."""
+    return (q.astype(scale.dtype) * scale).astype(dtype, copy=False)
+
+
+class QuantizedKVCache(CacheBase):
+    """A KV cache that stores int8 keys and values with scales (see the module docstring).
+
+    Per layer: values ``v_q_LHMK`` (int8) with one scale per head and token, ``v_scale_LHM``; keys
+    ``k_q_LHMK`` (int8) with ``k_scale_LHM`` (``key_mode="per_token"``) or ``k_scale_LHNK``, one
+    scale per head, group of ``group_size`` tokens and channel (``"per_channel"``), the tokens of
+    the unfilled last group held in ``dtype`` until it fills. ``keys`` and ``values`` return the
+    dequantized [H, len, K] in ``dtype``.
+
+    ``truncate`` to a length inside a quantized key group returns that group's surviving rows to
+    the float residual as their dequantized values (the originals are gone); when the group fills
+    again it is quantized anew, so those rows carry two roundings, each within its scale / 2.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        capacity: int,
+        d_head: int,
+        dtype: Any = np.float32,
+        key_mode: str = "per_channel",
+        group_size: int = DEFAULT_GROUP_SIZE,
+    ) -> None:
+        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
+        if key_mode not in KEY_MODES:
+            raise ValueError(f"key_mode: expected one of {list(KEY_MODES)}, got {key_mode!r}")
+        self.group_size = check_int("group_size", group_size, 1)
+        n_layers, n_kv_heads, capacity, d_head = int(n_layers), int(n_kv_heads), int(capacity), int(d_head)
+        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
+        self.dtype, self.key_mode = dtype, key_mode
+        self.scale_dtype = np.promote_types(dtype, np.float32)
+        shape_LHMK = (n_layers, n_kv_heads, capacity, d_head)
+        self.v_q_LHMK = np.zeros(shape_LHMK, dtype=np.int8)
+        self.v_scale_LHM = np.zeros(shape_LHMK[:3], dtype=self.scale_dtype)
+        self.k_q_LHMK = np.zeros(shape_LHMK, dtype=np.int8)
+        if key_mode == "per_token":
+            self.k_scale_LHM = np.zeros(shape_LHMK[:3], dtype=self.scale_dtype)
+        else:
+            n_groups = capacity // self.group_size
+            self.k_scale_LHNK = np.zeros((n_layers, n_kv_heads, n_groups, d_head), dtype=self.scale_dtype)
+        empty = np.zeros((n_kv_heads, 0, d_head), dtype=dtype)
+        self._k_float = [empty] * n_layers  # per layer [H, len - quantized, K]: the unfilled group
+        self._k_float_staged = list(self._k_float)  # what update() wrote, committed by advance()
+        self._length = 0
+        self._pending = [0] * n_layers
+
+    @classmethod
+    def for_model(
+        cls,
+        model: Any,
+        capacity: int | None = None,
+        key_mode: str = "per_channel",
+        group_size: int = DEFAULT_GROUP_SIZE,
+    ) -> QuantizedKVCache:
+        """An empty cache for one sequence of ``model`` (a ``NumpyModel`` or ``LlamaModel``): its
+        layers, KV heads, head width and float dtype, up to ``capacity`` positions (default
+        max_seq_len)."""
+        cfg = getattr(model, "config", None)
+        weights = getattr(model, "weights", None)
+        if cfg is None or weights is None:
+            raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
+        if capacity is None:
+            capacity = cfg.max_seq_len
+        capacity = check_int("capacity", capacity, 1, cfg.max_seq_len)
+        dtype = weights.wte_VD.dtype
+        return cls(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, dtype, key_mode, group_size)
+
+    @property
+    def capacity(self) -> int:
+        return self.k_q_LHMK.shape[2]
+
+    def n_quantized_keys(self, length: int) -> int:
+        """How many of the first ``length`` positions hold int8 keys (the rest are float)."""
+        if self.key_mode == "per_token":
+            return length
+        return length // self.group_size * self.group_size
+
+    # ------------------------------------------------------------ reading
+    def _read_keys(self, layer: int, length: int, float_rows: np.ndarray) -> np.ndarray:
+        """[H, length, K]: dequantized keys, then the float rows of the unfilled group."""
+        if self.key_mode == "per_token":
+            q_HSK = self.k_q_LHMK[layer, :, :length]
+            return dequantize_int8(q_HSK, self.k_scale_LHM[layer, :, :length, None], self.dtype)
+        n_q, g = self.n_quantized_keys(length), self.group_size
+        q_HNGK = self.k_q_LHMK[layer, :, :n_q].reshape(self.n_kv_heads, n_q // g, g, self.d_head)
+        scale_HN1K = self.k_scale_LHNK[layer, :, : n_q // g, None, :]
+        k_HSK = dequantize_int8(q_HNGK, scale_HN1K, self.dtype).reshape(self.n_kv_heads, n_q, self.d_head)
+        return np.concatenate([k_HSK, float_rows], axis=1)
+
+    def _read_values(self, layer: int, length: int) -> np.ndarray:
+        q_HSK = self.v_q_LHMK[layer, :, :length]
+        return dequantize_int8(q_HSK, self.v_scale_LHM[layer, :, :length, None], self.dtype)
+
+    def keys(self, layer: int) -> np.ndarray:
+        """[H, len, K]: the committed keys, dequantized (a new array)."""
+        self._check_layer(layer)
+        return self._read_keys(layer, self._length, self._k_float[layer])
+
+    def values(self, layer: int) -> np.ndarray:
+        """[H, len, K]: the committed values, dequantized (a new array)."""
+        self._check_layer(layer)
+        return self._read_values(layer, self._length)
+
+    def error_bounds(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """[H, len, K], [H, len, K]: half the scale each committed key and value element was
+        quantized with, so |keys(layer) - the rows written| <= bound elementwise; 0 for keys still
+        held in float."""
+        self._check_layer(layer)
+        n, shape = self._length, (self.n_kv_heads, self._length, self.d_head)
+        v_HSK = np.broadcast_to(self.v_scale_LHM[layer, :, :n, None] / 2, shape)
+        if self.key_mode == "per_token":
+            return np.broadcast_to(self.k_scale_LHM[layer, :, :n, None] / 2, shape).copy(), v_HSK.copy()
+        n_q, g = self.n_quantized_keys(n), self.group_size
+        k_HSK = np.zeros(shape, dtype=self.scale_dtype)
+        k_HSK[:, :n_q] = np.repeat(self.k_scale_LHNK[layer, :, : n_q // g] / 2, g, axis=1)
+        return k_HSK, v_HSK.copy()
+
+    # ------------------------------------------------------------ writing
+    def update(self, layer, k_new_HTK, v_new_HTK):
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: quantize and store at len .. len+T-1 (keys of an
+        unfilled group stay float); return every key and value, dequantized."""
+        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
+        for name, arr in (("k_new_HTK", k_new_HTK), ("v_new_HTK", v_new_HTK)):
+            if not np.isfinite(arr).all():
+                raise ValueError(f"{name}: expected finite numbers to quantize, got nan or inf")
+        start, end = self._length, self._length + n_new
+        k_HTK, v_HTK = k_new_HTK.astype(self.dtype), v_new_HTK.astype(self.dtype)
+        # everything below writes at positions >= len only: the committed state stays as it was
+        v_q, v_scale = quantize_int8(v_HTK, -1, self.scale_dtype)
+        self.v_q_LHMK[layer, :, start:end] = v_q
+        self.v_scale_LHM[layer, :, start:end] = v_scale[..., 0]
+        if self.key_mode == "per_token":
+            k_q, k_scale = quantize_int8(k_HTK, -1, self.scale_dtype)
+            self.k_q_LHMK[layer, :, start:end] = k_q
+            self.k_scale_LHM[layer, :, start:end] = k_scale[..., 0]
+            float_rows = self._k_float[layer]
+        else:
+            # the unfilled group's float rows, then the new ones: positions first .. end-1
+            first, done = self.n_quantized_keys(start), self.n_quantized_keys(end)
+            rows_HSK = np.concatenate([self._k_float[layer], k_HTK], axis=1)
+            if done > first:  # groups that fill now: quantize each over its tokens, per channel
+                g, n_full = self.group_size, done - first
+                x_HNGK = rows_HSK[:, :n_full].reshape(self.n_kv_heads, n_full // g, g, self.d_head)
+                k_q, k_scale = quantize_int8(x_HNGK, 2, self.scale_dtype)
+                self.k_q_LHMK[layer, :, first:done] = k_q.reshape(self.n_kv_heads, n_full, self.d_head)
+                self.k_scale_LHNK[layer, :, first // g : done // g] = k_scale[:, :, 0]
+            float_rows = rows_HSK[:, done - first :]
+        self._k_float_staged[layer] = float_rows
+        self._pending[layer] = n_new
+        return self._read_keys(layer, end, float_rows), self._read_values(layer, end)
+
+    def advance(self, n_tokens: int) -> None:
+        """Commit the rows that ``update`` wrote for every layer: the length grows by n_tokens."""
+        super().advance(n_tokens)  # raises before changing anything
+        self._k_float = list(self._k_float_staged)
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (rolls back rejected draft tokens)."""
+        length = check_int("length", length, 0, self._length)
+        first = self.n_quantized_keys(length)
+        if self.key_mode == "per_channel" and first < self.n_quantized_keys(self._length):
+            # the cut falls in a quantized group: its rows before the cut go back to float
+            g = self.group_size
+            for layer in range(self.n_layers):
+                q_HSK = self.k_q_LHMK[layer, :, first:length]
+                scale_H1K = self.k_scale_LHNK[layer, :, first // g, None, :]
+                self._k_float[layer] = dequantize_int8(q_HSK, scale_H1K, self.dtype)
+        else:
+            self._k_float = [rows[:, : length - first] for rows in self._k_float]
+        self._k_float_staged = list(self._k_float)
+        self._length = length
+        self._pending = [0] * self.n_layers
+
+    # ------------------------------------------------------------ memory
+    @property
+    def nbytes(self) -> int:
+        """Bytes the stored positions take: int8 payload, scales and float residual (the buffers
+        are allocated for the whole capacity up front: see ``reserved_nbytes``)."""
+        n, n_q, scale_size = self._length, self.n_quantized_keys(self._length), self.scale_dtype.itemsize
+        per_row = self.n_layers * self.n_kv_heads  # rows of K numbers per position
+        value_bytes = per_row * n * (self.d_head + scale_size)
+        if self.key_mode == "per_token":
+            return value_bytes + per_row * n * (self.d_head + scale_size)
+        key_scales = per_row * (n_q // self.group_size) * self.d_head * scale_size
+        residual = sum(rows.nbytes for rows in self._k_float)
+        return value_bytes + per_row * n_q * self.d_head + key_scales + residual
+
+    @property
+    def float_nbytes(self) -> int:
+        """Bytes a float cache of ``dtype`` holding the same positions would take (keys and values)."""
+        return 2 * self.n_layers * self.n_kv_heads * self._length * self.d_head * self.dtype.itemsize
+
+    @property
+    def reserved_nbytes(self) -> int:
+        """Bytes allocated: the int8 and scale buffers for the whole capacity, and the residual."""
+        scales = self.k_scale_LHM if self.key_mode == "per_token" else self.k_scale_LHNK
+        buffers = self.k_q_LHMK.nbytes + self.v_q_LHMK.nbytes + self.v_scale_LHM.nbytes + scales.nbytes
+        return buffers + sum(rows.nbytes for rows in self._k_float)
+
+
+# ---------------------------------------------------------------- float vs quantized: greedy tokens
+
+
+@dataclass(frozen=True)
+class AgreementReport:
+    """Greedy decoding with a float cache against a quantized one, over ``n_prompts`` prompts.
+
+    ``n_tokens`` new tokens in all, ``n_agree`` of them where the quantized cache's argmax equals
+    the float cache's; ``first_divergence[i]``, the index among prompt i's new tokens of the first
+    disagreement (None: none), which is where the quantized cache's own greedy text would first
+    differ; ``max_logit_diff``, the largest |float logit - quantized logit| at those positions.
+    """
+
+    n_prompts: int
+    n_tokens: int
+    n_agree: int
+    first_divergence: tuple[int | None, ...]
+    max_logit_diff: float
+
+    @property
+    def agreement(self) -> float:
+        """The fraction of new tokens on which both caches agree."""
+        return self.n_agree / self.n_tokens
+
+    @property
+    def n_diverged(self) -> int:
+        """Prompts whose greedy continuation differs somewhere."""
+        return sum(d is not None for d in self.first_divergence)
+
+
+def random_prompts(vocab_size: int, n_prompts: int, prompt_len: int, seed: int = 0) -> list[list[int]]:
+    """``n_prompts`` prompts of ``prompt_len`` token ids drawn uniformly from [0, vocab_size)."""
+    vocab_size = check_int("vocab_size", vocab_size, 1)
+    n_prompts = check_int("n_prompts", n_prompts, 1)
+    prompt_len = check_int("prompt_len", prompt_len, 1)
+    rng = np.random.default_rng(check_int("seed", seed, 0))
+    return rng.integers(0, vocab_size, size=(n_prompts, prompt_len)).tolist()
+
+
+def measure_agreement(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    key_mode: str = "per_channel",
+    group_size: int = DEFAULT_GROUP_SIZE,
+) -> AgreementReport:
+    """Greedy-token agreement of a float and a quantized cache on ``model``, over ``prompts``.
+
+    For each prompt both caches are prefilled, then fed the *float* cache's greedy tokens one at a
+    time (teacher forcing), and at each of the ``max_new_tokens`` positions their argmaxes are
+    compared. Up to the first disagreement this is exactly what the quantized cache's own greedy
+    decoding would produce; after it, the comparison stays token for token on the same text.
+    """
+    QuantizedKVCache.for_model(model, 1, key_mode, group_size)  # a bad model or option: before any work
+    if isinstance(prompts, np.ndarray):
+        prompts = prompts.tolist()
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
+    if not prompts:
+        raise ValueError("prompts: expected at least one prompt, got none")
+    cfg = model.config
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+    prompts = [check_token_ids(p, cfg.vocab_size, f"prompts[{i}]") for i, p in enumerate(prompts)]
+    for prompt in prompts:
+        check_max_new_tokens(max_new_tokens, len(prompt), cfg.max_seq_len, "max_seq_len")
+    n_agree, firsts, max_diff = 0, [], 0.0
+    for prompt in prompts:
+        capacity = len(prompt) + max_new_tokens - 1
+        float_cache = model.new_cache(capacity=capacity)
+        quant_cache = QuantizedKVCache.for_model(model, capacity, key_mode, group_size)
+        f_V, q_V = model.prefill(prompt, float_cache)[-1], model.prefill(prompt, quant_cache)[-1]
+        first = None
+        for i in range(max_new_tokens):
+            token = int(np.argmax(f_V))
+            if token == int(np.argmax(q_V)):
+                n_agree += 1
+            elif first is None:
+                first = i
+            max_diff = max(max_diff, float(np.max(np.abs(f_V - q_V))))
+            if i + 1 < max_new_tokens:
+                f_V, q_V = model.decode_step(token, float_cache), model.decode_step(token, quant_cache)
+        firsts.append(first)
+    return AgreementReport(len(prompts), len(prompts) * max_new_tokens, n_agree, tuple(firsts), max_diff)

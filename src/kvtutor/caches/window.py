@@ -1,0 +1,428 @@
+"""Smaller caches by eviction, for the NumPy models: a sliding window in a ring buffer, and
+attention sinks.
+
+**The window.** With a window of W tokens (Mistral; the local layers of Gemma 2 and 3) the query at
+position p sees only the keys at positions p - W + 1 .. p, itself included: the causal mask cut to a
+band. No query looks further back, so a cache needs only the last W positions of each layer.
+``SlidingWindowKVCache`` keeps them in a ring buffer of W slots per layer (position s in slot
+s mod W, where it overwrites position s - W), so its memory stays W positions per layer however
+long the sequence grows. ``len(cache)`` still counts every position, because the model takes a new
+token's position from it; ``keys(layer)`` returns the positions kept, oldest first.
+
+**Attention sinks** (StreamingLLM, Xiao et al. 2023). With ``n_sink`` > 0 the cache keeps the first
+``n_sink`` positions for good, and the last W - n_sink in the ring: the query at p sees positions
+0 .. n_sink - 1 and p - (W - n_sink) + 1 .. p, again W keys in W slots. Trained models send much
+of their attention to the first tokens whatever those say; a window that evicts them changes every
+later softmax, and keeping them repairs most of that.
+
+**What update returns.** For T new tokens at positions p0 .. p0 + T - 1, ``update`` returns the kept
+keys that some new query may see (the sinks, then positions p0 - (W - n_sink) + 1 .. p0 - 1),
+followed by the T new keys. ``mask(T)`` says which of them each new query sees (``window_mask``), so a
+prefill chunk longer than the window gets its band; a decode step's one query sees every key
+returned, so ``mask(1)`` is None. The new rows enter the ring only at ``advance``: until then the
+committed positions stay as they were (the protocol of ``kvtutor.caches.kv``), and of a chunk longer
+than the ring only its last W - n_sink rows are kept.
+
+**Positions.** The model numbers every token by its place in the whole sequence, p = len(cache), and
+eviction renumbers nothing. In GPT-2 that number picks the learned row wpe[p] added at the input,
+so a sequence still ends at ``max_seq_len`` (a cache's ``capacity`` is at most that): the window
+saves memory, not positions. The Llama twin caches keys after RoPE: a kept key keeps the rotation of
+its own position s and the query at p gets the rotation of p, so their score depends on p - s exactly
+as in the full cache. Both models on this cache therefore compute the full model under the banded
+mask, no more and no less; ``BandedKVCache`` (a full cache with that mask) is the reference the tests
+compare it with. StreamingLLM proper numbers positions *within the cache* instead: the kept keys get
+positions 0 .. W - 1 in their order and the new query the next one, so no query-key distance ever
+exceeds the window, a range the trained model knows. That needs keys stored before rotation and
+rotated for their place in the cache at every step (each recent key moves down one place per step);
+a cache of rotated keys would have to turn every kept key at every step, and the model it computes
+is then no longer the full model under any mask. This module keeps the original positions, which is
+what a cache of rotated keys does honestly.
+
+``measure_eviction`` runs a model with a full cache and with windowed ones side by side and reports
+what eviction changes: greedy tokens, logits, and the KL divergence of the next-token distribution.
+
+One letter joins the dimension key here: W, the slots of the ring (``k_LHWK``); B counts sequences
+(prompts) and N new tokens in the arrays of ``EvictionReport``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..validate import check_int, check_max_new_tokens, check_token_ids
+from .kv import CacheBase, PreallocatedKVCache, check_cache_args
+
+__all__ = [
+    "window_mask",
+    "kept_positions",
+    "check_window",
+    "SlidingWindowKVCache",
+    "BandedKVCache",
+    "EvictionReport",
+    "measure_eviction",
+]
+
+
+def window_mask(
+    query_positions_T: Any,
+    key_positions_S: Any,
+    window: int,
+    n_sink: int = 0,
+) -> np.ndarray:
+    """[T], [S] -> [T,S] bool: True where the query at position p may see the
+    key at position s: s <= p, and s < n_sink (a sink) or s > p - (W - n_sink)
+    (one of the last W - n_sink positions, p itself included).
+
+    The book shows this in "Smaller caches: windows, sinks and int8".
+    """
+    p_T1 = np.asarray(query_positions_T)[:, None]
+    s_1S = np.asarray(key_positions_S)[None, :]
+    recent = s_1S > p_T1 - (window - n_sink)
+    return (s_1S <= p_T1) & ((s_1S < n_sink) | recent)
+
+
+def kept_positions(length: int, window: int, n_sink: int = 0) -> np.ndarray:
+    """[min(length, W)] int: the positions a window cache of ``length`` positions keeps, in order:
+    the first ``n_sink``, then the last ``window - n_sink``."""
+    sinks = np.arange(min(length, n_sink))
+    return np.concatenate([sinks, np.arange(max(n_sink, length - (window - n_sink)), length)])
+
+
+def check_window(window: Any, n_sink: Any, capacity: int) -> tuple[int, int]:
+    """(window, n_sink) as ints with 1 <= window <= capacity and 0 <= n_sink < window (at least one
+    slot must hold the newest token), or a TypeError/ValueError naming the argument."""
+    window = check_int("window", window, 1, capacity)
+    return window, check_int("n_sink", n_sink, 0, window - 1)
+
+
+def _model_sizes(model: Any, capacity: Any) -> tuple[int, int, int, int, np.dtype]:
+    """A NumpyModel's or LlamaModel's (layers, KV heads, capacity, head width, float dtype)."""
+    cfg, weights = getattr(model, "config", None), getattr(model, "weights", None)
+    if cfg is None or weights is None:
+        raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
+    capacity = cfg.max_seq_len if capacity is None else check_int("capacity", capacity, 1, cfg.max_seq_len)
+    return cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, weights.wte_VD.dtype
+
+
+class SlidingWindowKVCache(CacheBase):
+    """A KV cache that keeps a window of the last ``window`` positions per layer in a ring buffer,
+    the first ``n_sink`` of them being attention sinks kept for good (see the module docstring).
+
+    Per layer, keys and values in buffers ``k_LHWK`` and ``v_LHWK`` of shape [H, W, K]: slots
+    0 .. n_sink - 1 hold the sinks, and position s >= n_sink lives in slot
+    n_sink + (s - n_sink) mod (W - n_sink). ``capacity`` is how many positions the cache can number
+    (at most the model's ``max_seq_len``), not how many it holds.
+
+    Until the next ``advance``, the cache also keeps the rows the last one pushed out of the ring
+    (one position per layer for a decode step, up to k + 1 for a speculative round, and a chunk's
+    rows that never entered the ring), so that ``truncate`` can roll that advance back, as
+    speculative decoding does with rejected guesses; ``nbytes`` counts the ring alone.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        capacity: int,
+        d_head: int,
+        window: int,
+        n_sink: int = 0,
+        dtype: Any = np.float32,
+    ) -> None:
+        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
+        self.window, self.n_sink = check_window(window, n_sink, int(capacity))
+        n_layers, n_kv_heads, d_head = int(n_layers), int(n_kv_heads), int(d_head)
+        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
+        self._capacity = int(capacity)
+        self.k_LHWK = np.zeros((n_layers, n_kv_heads, self.window, d_head), dtype=dtype)
+        self.v_LHWK = np.zeros_like(self.k_LHWK)
+        self._staged: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n_layers
+        self._length = 0
+        self._pending = [0] * n_layers
+        # the rows the last advance pushed out of the ring: positions [N], keys and values [L,H,N,K]
+        self._undo = (np.zeros(0, np.int64), self.k_LHWK[:, :, :0], self.v_LHWK[:, :, :0])
+
+    @classmethod
+    def for_model(
+        cls, model: Any, window: int, n_sink: int = 0, capacity: int | None = None
+    ) -> SlidingWindowKVCache:
+        """An empty window cache for one sequence of ``model`` (a ``NumpyModel`` or ``LlamaModel``):
+        its layers, KV heads, head width and float dtype, numbering up to ``capacity`` positions
+        (default max_seq_len)."""
+        n_layers, n_kv_heads, capacity, d_head, dtype = _model_sizes(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    # ------------------------------------------------------------ where positions live
+    def slots(self, positions: Any) -> np.ndarray:
+        """[N] positions -> [N] slots of the ring where they are (or would be) stored."""
+        pos = np.asarray(positions, dtype=np.int64)
+        ring = self.window - self.n_sink
+        return np.where(pos < self.n_sink, pos, self.n_sink + (pos - self.n_sink) % ring)
+
+    def positions(self) -> np.ndarray:
+        """[min(len, W)] int: the positions the cache holds, oldest first (what ``keys`` returns)."""
+        return kept_positions(self._length, self.window, self.n_sink)
+
+    def attended_positions(self, n_new: int) -> np.ndarray:
+        """[S] int: the positions of the keys ``update`` returns for ``n_new`` new tokens: the kept
+        ones that one of them may see, then the new ones."""
+        start, ring = self._length, self.window - self.n_sink
+        sinks = np.arange(min(start, self.n_sink))
+        recent = np.arange(max(self.n_sink, start - ring + 1), start)
+        return np.concatenate([sinks, recent, np.arange(start, start + n_new)])
+
+    # ------------------------------------------------------------ reading
+    def keys(self, layer: int) -> np.ndarray:
+        """[H, min(len, W), K]: the keys held, oldest position first (a new array)."""
+        self._check_layer(layer)
+        return self.k_LHWK[layer][:, self.slots(self.positions())]
+
+    def values(self, layer: int) -> np.ndarray:
+        """[H, min(len, W), K]: the values held, oldest position first (a new array)."""
+        self._check_layer(layer)
+        return self.v_LHWK[layer][:, self.slots(self.positions())]
+
+    def mask(self, n_new: int) -> np.ndarray | None:
+        """[T,S] bool, for the keys ``update`` returns to ``n_new`` new queries: the window's band
+        (``window_mask``). None for one query, which sees every key returned to it."""
+        n_new = check_int("n_new", n_new, 1)
+        if n_new == 1:
+            return None
+        start = self._length
+        positions_T = np.arange(start, start + n_new)
+        return window_mask(positions_T, self.attended_positions(n_new), self.window, self.n_sink)
+
+    # ------------------------------------------------------------ writing
+    def update(self, layer, k_new_HTK, v_new_HTK):
+        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: the kept keys and values some
+        new query may see, then the new ones (S = min(len, W - 1) + T); the
+        new rows enter the ring at ``advance``.
+
+        The book shows this in "Smaller caches: windows, sinks and int8".
+        """
+        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
+        old_S = self.attended_positions(n_new)[: -n_new or None]
+        slots_S = self.slots(old_S)
+        # copies: the caller may reuse its arrays
+        k_HTK = k_new_HTK.astype(self.k_LHWK.dtype)
+        v_HTK = v_new_HTK.astype(self.v_LHWK.dtype)
+        self._staged[layer] = (k_HTK, v_HTK)
+        self._pending[layer] = n_new
+        k_HSK = np.concatenate([self.k_LHWK[layer][:, slots_S], k_HTK], axis=1)
+        v_HSK = np.concatenate([self.v_LHWK[layer][:, slots_S], v_HTK], axis=1)
+        return k_HSK, v_HSK
+
+    def advance(self, n_tokens: int) -> None:
+        """Commit the rows ``update`` wrote for every layer: the length grows by n_tokens, and the
+        new rows that the window keeps overwrite the oldest slots of the ring."""
+        start, held = self._length, self.positions()
+        super().advance(n_tokens)  # raises before changing anything
+        new_N = np.arange(start, start + n_tokens)
+        # the new sinks, and the last W - n_sink positions (a long chunk's earlier rows are dropped)
+        keep_N = (new_N < self.n_sink) | (new_N >= self._length - (self.window - self.n_sink))
+        slots_N = self.slots(new_N[keep_N])
+        if n_tokens:  # what leaves the ring, kept until the next advance so that truncate can undo this one
+            evicted_E = np.setdiff1d(held, self.positions())  # old positions whose slots the new ones take
+            dropped = ~keep_N  # a long chunk's rows that never enter the ring
+            k_LHNK = np.concatenate(
+                [
+                    self.k_LHWK[:, :, self.slots(evicted_E)],
+                    np.stack([k[:, dropped] for k, _ in self._staged]),
+                ],
+                axis=2,
+            )
+            v_LHNK = np.concatenate(
+                [
+                    self.v_LHWK[:, :, self.slots(evicted_E)],
+                    np.stack([v[:, dropped] for _, v in self._staged]),
+                ],
+                axis=2,
+            )
+            self._undo = (np.concatenate([evicted_E, new_N[dropped]]), k_LHNK, v_LHNK)
+        for layer, staged in enumerate(self._staged):
+            if staged is not None:
+                k_HTK, v_HTK = staged
+                self.k_LHWK[layer][:, slots_N] = k_HTK[:, keep_N]
+                self.v_LHWK[layer][:, slots_N] = v_HTK[:, keep_N]
+        self._staged = [None] * self.n_layers
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on. A ring buffer cannot bring back what it has
+        evicted, so ``length`` must be the current length, at most ``n_sink``, anything while
+        nothing has been evicted yet (len <= W), or any length back to where the last ``advance``
+        started: it keeps the rows it pushed out until the next one, so that a speculative round's
+        rejected guesses can be rolled back. Otherwise a ValueError and no change."""
+        length = check_int("length", length, 0, self._length)
+        need, held = kept_positions(length, self.window, self.n_sink), self.positions()
+        lost = np.setdiff1d(need, held)
+        undo_N, k_LHNK, v_LHNK = self._undo
+        back = np.isin(lost, undo_N)  # positions the last advance pushed out: restored below
+        if lost.size and not back.all():
+            short = f"a length <= {self.n_sink} (the sinks)" if self.n_sink else "0"
+            raise ValueError(
+                f"length: a cache of length {length} keeps positions {int(lost[0])}..{int(lost[-1])}, "
+                f"which this window has evicted; expected {self._length} (no change), {short}, "
+                f"or any length before the window first evicts; got {length}"
+            )
+        if lost.size:  # bring back what the last advance pushed out
+            row = {int(p): i for i, p in enumerate(undo_N)}
+            rows_N = [row[int(p)] for p in lost]
+            self.k_LHWK[:, :, self.slots(lost)] = k_LHNK[:, :, rows_N]
+            self.v_LHWK[:, :, self.slots(lost)] = v_LHNK[:, :, rows_N]
+        keep = undo_N < length  # rows of positions truncated away are stale
+        self._undo = (undo_N[keep], k_LHNK[:, :, keep], v_LHNK[:, :, keep])
+        self._length = length
+        self._pending = [0] * self.n_layers
+        self._staged = [None] * self.n_layers
+
+    # ------------------------------------------------------------ memory
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the positions held: grows with the length up to W positions, then stays flat."""
+        per_position = self.k_LHWK.nbytes // self.window
+        return 2 * per_position * min(self._length, self.window)
+
+    @property
+    def reserved_nbytes(self) -> int:
+        """Bytes allocated: the two rings, W positions per layer, from the start."""
+        return self.k_LHWK.nbytes + self.v_LHWK.nbytes
+
+
+class BandedKVCache(PreallocatedKVCache):
+    """A full preallocated cache (every position kept) whose mask is a window's band with
+    ``n_sink`` sinks: the model computes with it exactly what it computes with a
+    ``SlidingWindowKVCache`` of the same window, at a full cache's memory. The reference."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        capacity: int,
+        d_head: int,
+        window: int,
+        n_sink: int = 0,
+        dtype: Any = np.float32,
+    ) -> None:
+        check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
+        self.window, self.n_sink = check_window(window, n_sink, int(capacity))
+        super().__init__(n_layers, n_kv_heads, capacity, d_head, dtype)
+
+    @classmethod
+    def for_model(
+        cls, model: Any, window: int, n_sink: int = 0, capacity: int | None = None
+    ) -> BandedKVCache:
+        """An empty banded cache for one sequence of ``model``, as ``SlidingWindowKVCache.for_model``."""
+        n_layers, n_kv_heads, capacity, d_head, dtype = _model_sizes(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype)
+
+    def mask(self, n_new: int) -> np.ndarray:
+        """[T,S] bool: the band over every key, S = len + T (decode included: its row is cut too)."""
+        n_new = check_int("n_new", n_new, 1)
+        end = len(self) + n_new
+        return window_mask(np.arange(len(self), end), np.arange(end), self.window, self.n_sink)
+
+
+# ---------------------------------------------------------------- what eviction changes
+
+
+@dataclass(frozen=True, eq=False)
+class EvictionReport:
+    """A windowed cache against the full cache over the same greedy text (``measure_eviction``).
+
+    Per prompt b and new token n: ``agree_BN``, whether the windowed cache's argmax is the full
+    cache's; ``abs_diff_BN``, the mean over the vocabulary of |full logit - windowed logit|;
+    ``kl_BN``, KL(full || windowed) of the next-token distributions, in nats.
+    """
+
+    window: int
+    n_sink: int
+    agree_BN: np.ndarray = field(repr=False)
+    abs_diff_BN: np.ndarray = field(repr=False)
+    kl_BN: np.ndarray = field(repr=False)
+
+    @property
+    def n_tokens(self) -> int:
+        """New tokens compared, over every prompt."""
+        return int(self.agree_BN.size)
+
+    @property
+    def agreement(self) -> float:
+        """The fraction of new tokens on which the windowed cache's argmax is the full cache's."""
+        return float(self.agree_BN.mean())
+
+    @property
+    def mean_abs_logit_diff(self) -> float:
+        """|full logit - windowed logit|, averaged over the vocabulary and every new token."""
+        return float(self.abs_diff_BN.mean())
+
+    @property
+    def mean_kl(self) -> float:
+        """KL(full || windowed) in nats, averaged over every new token."""
+        return float(self.kl_BN.mean())
+
+
+def _log_softmax(logits_V: np.ndarray) -> np.ndarray:
+    x = np.asarray(logits_V, dtype=np.float64)
+    x = x - x.max()
+    return x - np.log(np.exp(x).sum())
+
+
+def measure_eviction(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    window: int,
+    n_sinks: Sequence[int] = (0, 4),
+) -> tuple[EvictionReport, ...]:
+    """One ``EvictionReport`` per entry of ``n_sinks``: a ``SlidingWindowKVCache`` of ``window``
+    positions with that many sinks (the same memory for every entry) against a full cache.
+
+    For each prompt every cache is prefilled, then fed the *full* cache's greedy tokens one at a
+    time (teacher forcing), and at each of the ``max_new_tokens`` positions the next-token logits
+    are compared. Up to the first disagreement this is the windowed cache's own greedy text; after
+    it, the comparison stays on the same text. Logits and KL are taken in float64.
+    """
+    _model_sizes(model, None)  # a bad model: before any work
+    cfg = model.config
+    if isinstance(prompts, np.ndarray):
+        prompts = prompts.tolist()
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
+    if not prompts:
+        raise ValueError("prompts: expected at least one prompt, got none")
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+    prompts = [check_token_ids(p, cfg.vocab_size, f"prompts[{i}]") for i, p in enumerate(prompts)]
+    for prompt in prompts:
+        check_max_new_tokens(max_new_tokens, len(prompt), cfg.max_seq_len, "max_seq_len")
+    if isinstance(n_sinks, (str, bytes)) or not isinstance(n_sinks, Sequence) or not n_sinks:
+        raise TypeError(f"n_sinks: expected a non-empty list of ints, got {n_sinks!r}")
+    checked = [check_window(window, n, cfg.max_seq_len) for n in n_sinks]
+    shape = (len(prompts), max_new_tokens)
+    agree = [np.zeros(shape, dtype=bool) for _ in checked]
+    diff = [np.zeros(shape) for _ in checked]
+    kl = [np.zeros(shape) for _ in checked]
+    for b, prompt in enumerate(prompts):
+        capacity = len(prompt) + max_new_tokens - 1
+        full = model.new_cache(capacity=capacity)
+        windowed = [SlidingWindowKVCache.for_model(model, w, n, max(w, capacity)) for w, n in checked]
+        full_V = model.prefill(prompt, full)[-1]
+        win_V = [model.prefill(prompt, c)[-1] for c in windowed]
+        for i in range(max_new_tokens):
+            token = int(np.argmax(full_V))
+            log_p_V = _log_softmax(full_V)
+            for j, logits_V in enumerate(win_V):
+                agree[j][b, i] = token == int(np.argmax(logits_V))
+                diff[j][b, i] = np.mean(np.abs(full_V.astype(np.float64) - logits_V))
+                kl[j][b, i] = np.sum(np.exp(log_p_V) * (log_p_V - _log_softmax(logits_V)))
+            if i + 1 < max_new_tokens:
+                full_V = model.decode_step(token, full)
+                win_V = [model.decode_step(token, c) for c in windowed]
+    return tuple(EvictionReport(w, n, agree[j], diff[j], kl[j]) for j, (w, n) in enumerate(checked))

@@ -1,0 +1,308 @@
+"""The benchmark result's schema, written down: what ``python -m kvtutor bench --out`` writes and
+``kvtutor.measure.recorded`` ships, as data (``TOP_LEVEL``, ``SECTIONS``, ``POINTS``, ``GOAL``) plus the
+checker that every write and every load goes through (``check_result``, ``load_result``).
+
+A result is one JSON object. ``"schema"`` holds its version (``SCHEMA_VERSION``; the recorded runs
+say 1). Then come what the run measured on (device, size, dtype, the sizes it used, the machine's
+probe, hardware, versions, date and ceilings), one object per section it ran, and the goals. Each
+key below says which JSON types its value may take (``"number"`` includes integers; a number that
+was inf or nan is written as null) and whether it must be there; an object may hold more keys than
+listed, except the top level, which holds only the keys listed. Sections with ``"points"`` hold a
+list of objects, each with the keys in ``POINTS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "READABLE_VERSIONS",
+    "Key",
+    "TOP_LEVEL",
+    "SECTIONS",
+    "POINTS",
+    "GOAL",
+    "check_result",
+    "load_result",
+]
+
+#: the version this code writes
+SCHEMA_VERSION = 1
+#: the versions this code reads
+READABLE_VERSIONS = (1,)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a JSON object: the JSON types its value may take, what it holds, and whether it
+    must be there."""
+
+    types: tuple[str, ...]
+    doc: str
+    required: bool = True
+
+
+def _opt(types: tuple[str, ...], doc: str) -> Key:
+    return Key(types, doc, required=False)
+
+
+# the JSON types a key may take
+_OBJ, _ARR, _STR, _BOOL = ("object",), ("array",), ("string",), ("boolean",)
+_INT, _NUM = ("integer",), ("number",)
+_NUM_NULL, _INT_NULL, _STR_NULL = ("number", "null"), ("integer", "null"), ("string", "null")
+
+#: every key a result may hold at its top level
+TOP_LEVEL: dict[str, Key] = {
+    "schema": Key(_INT, "the schema version (SCHEMA_VERSION)"),
+    "device": Key(_STR, "the device measured: 'cpu' or 'cuda'"),
+    "size": Key(_STR, "the sizes used: 'tiny', 'quick' or 'full'"),
+    "dtype": Key(_STR, "the dtype of the timed models and of the ceilings"),
+    "sizes": Key(_OBJ, "what the size measures: bench.sizes(device, size)"),
+    "seconds": Key(_OBJ, "wall seconds of each finished section, and 'total' once the run ends"),
+    "probe": Key(_OBJ, "the machine's ceilings: timing.probe_machine"),
+    "hardware": Key(_OBJ, "the machine: timing.hardware_info"),
+    "versions": Key(_OBJ, "Python's and the packages' versions: timing.versions"),
+    "date": Key(_STR, "when the probe ran, ISO 8601 UTC"),
+    "ceilings": Key(_OBJ, "peak FLOP/s and bandwidth the goals divide by: bench.ceilings"),
+    "goals": Key(_ARR, "one object per goal (GOAL): bench.evaluate_goals"),
+    "prefill_sweep": _opt(_OBJ, "section rooflines: bench.run_prefill_sweep + add_predictions"),
+    "decode_sweep": _opt(_OBJ, "section rooflines: bench.run_decode_sweep + add_predictions"),
+    "decode_bandwidth": _opt(_OBJ, "section bandwidth: bench.run_decode_bandwidth"),
+    "prefill_vs_matmul": _opt(_OBJ, "section prefill_goal: bench.run_prefill_vs_matmul"),
+    "generate_vs_transformers": _opt(_OBJ, "section generate: bench.run_generate_vs_transformers"),
+    "static_vs_concat": _opt(_OBJ, "section concat: bench.run_static_vs_concat"),
+    "cache_vs_recompute": _opt(_OBJ, "section recompute: bench.run_cache_vs_recompute"),
+    "engine": _opt(_OBJ, "section engine (CUDA's by default): the fast path's parts"),
+    "load_average_1m_end": _opt(_NUM_NULL, "the 1-minute load average when the run ended"),
+    "command": _opt(_STR, "the command line that wrote the file"),
+    "partial": _opt(_BOOL, "true in a file written after a section, before the run ended"),
+}
+
+_CONFIG = Key(_OBJ, "the model's sizes and n_params")
+_DTYPE = Key(_STR, "the model's dtype")
+_TIME = Key(_OBJ, "a timing.Measurement as a dict: median_s, iqr_s, min_s, max_s, n, calls_per_sample")
+
+#: the keys of the objects at the top level, by the top-level key that holds them
+SECTIONS: dict[str, dict[str, Key]] = {
+    "sizes": {
+        "size": Key(_STR, "tiny, quick or full"),
+        "min_run_time": Key(_NUM, "seconds each measurement runs at least"),
+        "repeats": Key(_INT, "samples or alternating rounds per measurement"),
+    },
+    "probe": {
+        "hardware": Key(_OBJ, "timing.hardware_info"),
+        "versions": Key(_OBJ, "timing.versions"),
+        "size": Key(_STR, "the probe's size"),
+        "gemv": Key(_OBJ, "timing.measure_gemv_bandwidth"),
+        "copy": Key(_OBJ, "timing.measure_copy_bandwidth"),
+        "matmul": Key(_OBJ, "dtype name -> timing.measure_matmul_flops of a square matmul"),
+    },
+    "hardware": {
+        "cpu": Key(_STR, "the CPU model"),
+        "cpu_count": Key(_INT_NULL, "os.cpu_count()"),
+        "torch_threads": Key(_INT, "torch.get_num_threads() during the run"),
+        "device": Key(_STR, "the device measured"),
+        "gpu": Key(_STR_NULL, "the GPU's name, null on a CPU run"),
+        "date": Key(_STR, "ISO 8601 UTC"),
+    },
+    "versions": {
+        "python": Key(_STR, "Python's version"),
+        "torch": Key(_STR_NULL, "torch's version"),
+    },
+    "ceilings": {
+        "dtype": Key(_STR, "the dtype of the peak"),
+        "peak_flops": Key(_NUM, "square-matmul FLOP/s"),
+        "bandwidth": Key(_NUM, "bytes/s: the GEMV's on a CPU, the copy's on CUDA"),
+        "bandwidth_source": Key(_STR, "'gemv' or 'copy'"),
+        "gemv_bandwidth": Key(_NUM, "the probe's GEMV read bytes/s"),
+        "copy_bandwidth": Key(_NUM, "the probe's copy bytes/s (read + written)"),
+    },
+    "prefill_sweep": {"config": _CONFIG, "dtype": _DTYPE, "points": Key(_ARR, "one per prompt length")},
+    "decode_sweep": {
+        "config": _CONFIG,
+        "dtype": _DTYPE,
+        "context_len": Key(_INT, "S of every step"),
+        "fast_path": Key(_BOOL, "whether the CUDA-graph step was timed"),
+        "points": Key(_ARR, "one per batch size"),
+        "measured_compute_bound_batch": Key(_NUM_NULL, "the fitted knee, null when not resolved"),
+        "compute_bound_reached": Key(_BOOL, "whether the fit resolved a knee"),
+        "per_token_time_ratio": Key(_NUM, "per-token time at the largest batch / at the smallest"),
+        "knee_fit": _opt(_OBJ, "knee.KneeFit as a dict"),
+        "predicted_ridge_batch": _opt(_NUM_NULL, "costs.ridge_batch with the ceilings"),
+        "predicted_compute_bound_batch": _opt(_INT_NULL, "costs.compute_bound_batch"),
+    },
+    "decode_bandwidth": {
+        "config": _CONFIG,
+        "dtype": _DTYPE,
+        "context_len": Key(_INT, "S of the step"),
+        "fast_path": Key(_BOOL, "whether the CUDA-graph step was timed"),
+        "weight_bytes": Key(_INT, "bytes of weights a step reads"),
+        "bytes": Key(_INT, "all bytes a step moves (cost model)"),
+        "time": _TIME,
+        "weight_bytes_per_s": Key(_NUM, "weight bytes / step time"),
+        "bytes_per_s": Key(_NUM, "bytes / step time"),
+        "ratio_to_gemv": Key(_NUM, "against a GEMV timed beside it (else the probe's)"),
+        "ratio_to_probe_gemv": Key(_NUM, "against the probe's GEMV"),
+        "ratio_to_copy": Key(_NUM, "against the probe's copy bandwidth"),
+    },
+    "prefill_vs_matmul": {
+        "config": _CONFIG,
+        "dtype": _DTYPE,
+        "n_tokens": Key(_INT, "T of the prefill"),
+        "prefill": Key(_OBJ, "the median round's prefill point"),
+        "matmul": Key(_OBJ, "the median round's same-shape matmuls"),
+        "ratio": Key(_NUM, "prefill FLOP/s / matmul FLOP/s"),
+        "ratio_to_square_matmul": _opt(_NUM, "prefill FLOP/s / the ceilings' peak"),
+    },
+    "generate_vs_transformers": {
+        "small": _opt(_OBJ, "the 'small' model's comparison, or {'skipped': reason}"),
+        "gpt2-small": _opt(_OBJ, "GPT-2 small's comparison, or {'skipped': reason}"),
+    },
+    "static_vs_concat": {
+        "config": _CONFIG,
+        "dtype": _DTYPE,
+        "prompt_len": Key(_INT, "the prompt's tokens"),
+        "points": Key(_ARR, "one per number of generated tokens"),
+    },
+    "cache_vs_recompute": {"config": _CONFIG, "dtype": _DTYPE, "points": Key(_ARR, "one per length")},
+    "engine": {
+        name: _opt(_OBJ, f"bench.{fn}, or {{'error': message}}")
+        for name, fn in (
+            ("decode_vs_products", "run_engine"),
+            ("generate_vs_hf_static", "run_generate_vs_hf_static"),
+            ("graph_vs_concat", "run_graph_vs_concat"),
+            ("big_decode", "run_big_decode"),
+        )
+    },
+}
+
+_FLOPS = {
+    "time": _TIME,
+    "flops": Key(_INT, "FLOPs of the work (cost model)"),
+    "bytes": Key(_INT, "bytes the work moves (cost model)"),
+    "intensity": Key(_NUM_NULL, "FLOPs per byte"),
+    "flops_per_s": Key(_NUM, "flops / median time"),
+    "predicted_time_s": _opt(_NUM, "the roofline's time (add_predictions)"),
+}
+
+#: the keys of each point, by the section whose ``"points"`` hold them
+POINTS: dict[str, dict[str, Key]] = {
+    "prefill_sweep": {"n_tokens": Key(_INT, "T"), "batch_size": Key(_INT, "B"), **_FLOPS},
+    "decode_sweep": {"batch_size": Key(_INT, "B"), **_FLOPS, "tokens_per_s": Key(_NUM, "B / step time")},
+    "static_vs_concat": {
+        "n_new": Key(_INT, "tokens generated"),
+        "static": Key(_OBJ, "the preallocated cache's time and tokens/s"),
+        "concat": Key(_OBJ, "the concat cache's time and tokens/s"),
+        "identical_tokens": Key(_BOOL, "whether both generated the same tokens"),
+        "speedup": Key(_NUM, "concat time / preallocated time"),
+        "static_write_bytes": Key(_INT, "K/V bytes written in place"),
+        "concat_copy_bytes": Key(_INT, "K/V bytes concat copies"),
+    },
+    "cache_vs_recompute": {
+        "seq_len": Key(_INT, "n"),
+        "cached": Key(_OBJ, "a decode step's time, tokens/s and FLOPs"),
+        "uncached": Key(_OBJ, "recomputing all n positions: time, tokens/s and FLOPs"),
+        "speedup": Key(_NUM, "uncached time / cached time"),
+        "flops_ratio": Key(_NUM, "uncached FLOPs / cached FLOPs"),
+        "predicted_speedup": _opt(_NUM, "the roofline's ratio"),
+    },
+}
+
+#: the keys of each goal in ``"goals"``
+GOAL: dict[str, Key] = {
+    "id": Key(_STR, "the goal's id"),
+    "goal": Key(_STR, "what it asks"),
+    "value": Key(_NUM_NULL, "the measured ratio, null when not measured"),
+    "target": Key(_NUM_NULL, "the target, null for a recorded number"),
+    "met": Key(("boolean", "null"), "value >= target (and any extra condition); null without both"),
+    "at_goal_size": Key(_BOOL, "whether the run used the goal's configuration"),
+    "note": Key(_STR, "what the number is made of"),
+}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _fits(value: Any, types: tuple[str, ...]) -> bool:
+    kind = _json_type(value)
+    return kind in types or (kind == "integer" and "number" in types)
+
+
+def _check_keys(obj: Any, keys: dict[str, Key], source: str, path: str) -> None:
+    """Every required key of ``keys`` is in ``obj`` and every listed key present has its types."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{source}: key {path!r}: expected an object, got {_json_type(obj)}")
+    for name, key in keys.items():
+        where = f"{path}.{name}" if path else name
+        if name not in obj:
+            if key.required:
+                raise ValueError(f"{source}: missing key {where!r} ({key.doc})")
+            continue
+        if not _fits(obj[name], key.types):
+            got = _json_type(obj[name])
+            raise ValueError(f"{source}: key {where!r}: expected {' or '.join(key.types)}, got {got}")
+
+
+def check_result(result: Any, source: str = "result") -> dict[str, Any]:
+    """``result`` itself when it follows the schema; else a ValueError that names ``source`` (a
+    file, or what made the result) and the offending key, e.g. ``'decode_sweep.points[2].time'``."""
+    if not isinstance(result, dict):
+        raise ValueError(f"{source}: expected a benchmark result (a JSON object), got {_json_type(result)}")
+    if "schema" not in result:
+        raise ValueError(f"{source}: missing key 'schema' ({TOP_LEVEL['schema'].doc})")
+    version = result["schema"]
+    if _json_type(version) != "integer" or version not in READABLE_VERSIONS:
+        raise ValueError(
+            f"{source}: key 'schema': expected a schema version in {list(READABLE_VERSIONS)}, got {version!r}"
+        )
+    _check_keys(result, TOP_LEVEL, source, "")
+    unknown = sorted(set(result) - set(TOP_LEVEL))
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown key {unknown[0]!r} (schema {version} has {', '.join(TOP_LEVEL)})"
+        )
+    for name, keys in SECTIONS.items():
+        if name in result:
+            _check_keys(result[name], keys, source, name)
+    for name, keys in POINTS.items():
+        for i, p in enumerate(result.get(name, {}).get("points", [])):
+            _check_keys(p, keys, source, f"{name}.points[{i}]")
+    for i, goal in enumerate(result["goals"]):
+        _check_keys(goal, GOAL, source, f"goals[{i}]")
+    return result
+
+
+def load_result(path: str | os.PathLike) -> dict[str, Any]:
+    """A recorded benchmark JSON (e.g. ``src/kvtutor/data/runs/bench-cpu.json``, or a file ``--out``
+    wrote), checked against the schema: a file that is not strict JSON or does not follow the
+    schema is a ValueError naming the file and the offending key."""
+    name = os.fspath(path)
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{name}: expected strict JSON, got the non-finite number {constant}")
+
+    with open(name, encoding="utf-8") as f:
+        try:
+            result = json.load(f, parse_constant=refuse)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name}: expected a JSON file, got invalid JSON ({exc})") from None
+    return check_result(result, name)

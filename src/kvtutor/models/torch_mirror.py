@@ -1,0 +1,326 @@
+"""The steps of the PyTorch model, batched [B, T]: the twins of ``kvtutor.models.numpy_model``'s functions.
+
+Every step keeps the NumPy name and argument order, with a batch dimension in front (``x_BTD``
+instead of ``x_TD``, heads in the second place: ``q_BHTK``). What differs is how the work is laid
+out for speed: Q, K and V come from one fused matrix (one matmul; ``w_q``, ``w_k``, ``w_v`` stay
+as views of it), every weight is stored for ``F.linear`` or BLAS to read fast (see
+``TorchModel.row_major``), attention goes through ``F.scaled_dot_product_attention``, and the
+cache is written in place (``kvtutor.caches.torch_kv``).
+
+Masks: a single query row (decode) needs none; a prompt on an empty cache (T = S) uses
+``is_causal=True``; T > 1 new tokens after cached ones need the causal mask shifted by the cache
+length, which we build explicitly (``is_causal`` with T != S aligns the triangle top-left, which
+would hide keys the queries may see). Rows at different lengths get one mask per row
+(``causal_mask`` and ``ragged_causal_mask`` live with the caches that build them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..caches.torch_kv import Plan, TorchKVCache, causal_mask, host_empty, ragged_causal_mask
+from ..validate import check_temperature, torch_compute_dtype, torch_device
+from .config import ModelConfig
+
+__all__ = [
+    "embed",
+    "layer_norm",
+    "linear",
+    "project_qkv",
+    "split_heads",
+    "repeat_kv",
+    "attention_scores",
+    "causal_mask",
+    "ragged_causal_mask",
+    "apply_mask",
+    "softmax",
+    "attention_weights",
+    "attend",
+    "sdpa",
+    "merge_heads",
+    "gelu",
+    "ffn",
+    "attention_core",
+    "attention",
+    "block",
+    "lm_head",
+    "sample",
+    "TorchLayerWeights",
+    "resolve_device_dtype",
+    "check_finite_weights",
+]
+
+_BIG_OUTPUT = 32 << 20  # bytes: above this glibc maps fresh pages for every allocation
+_SDPA_GQA = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa= exists
+_GELU_INPLACE = torch.ops.aten.gelu_.default  # GELU written into its input (no new tensor)
+
+
+def embed(
+    ids_BT: torch.Tensor, wte_VD: torch.Tensor, wpe_MD: torch.Tensor, start: int | torch.Tensor = 0
+) -> torch.Tensor:
+    """[B,T], [V,D], [M,D], int or [B] -> [B,T,D]: token plus position embedding, row b from start_b on."""
+    n_new = ids_BT.shape[1]
+    if isinstance(start, int):
+        pos_TD = wpe_MD[start : start + n_new]  # every row at the same positions: a slice, no gather
+        return F.embedding(ids_BT, wte_VD) + pos_TD
+    pos_BT = start[:, None] + torch.arange(n_new, device=start.device)
+    return F.embedding(ids_BT, wte_VD) + F.embedding(pos_BT, wpe_MD)
+
+
+def layer_norm(x_BTD: torch.Tensor, g_D: torch.Tensor, b_D: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """[B,T,D], [D], [D] -> [B,T,D]"""
+    return torch.layer_norm(x_BTD, g_D.shape, g_D, b_D, eps)
+
+
+def linear(x_BTE: torch.Tensor, w_EF: torch.Tensor, b_F: torch.Tensor) -> torch.Tensor:
+    """[B,T,E], [E,F], [F] -> [B,T,F]: x @ W + b; a GEMM when B*T > 1, a GEMV when B*T = 1.
+
+    ``w_EF`` is a transposed view of a contiguous [F,E] tensor, so ``w_EF.mT`` is that tensor and
+    ``F.linear`` multiplies without copying. One row on the CPU goes to ``addmv``, BLAS's own
+    matrix-vector product, which streams the matrix faster than a GEMM of one row.
+    """
+    if x_BTE.numel() == x_BTE.shape[-1] and not x_BTE.is_cuda:
+        return torch.addmv(b_F, w_EF.mT, x_BTE.reshape(-1)).view(x_BTE.shape[0], x_BTE.shape[1], -1)
+    return F.linear(x_BTE, w_EF.mT, b_F)
+
+
+def project_qkv(
+    x_BTD: torch.Tensor, layer: TorchLayerWeights
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[B,T,D] -> q [B,T,H*K], k [B,T,Hkv*K], v [B,T,Hkv*K]: one matmul with [W_Q | W_K | W_V], then split."""
+    qkv_BTE = linear(x_BTD, layer.w_qkv, layer.b_qkv)
+    q_width, kv_width = layer.w_q.shape[1], layer.w_k.shape[1]
+    return (
+        qkv_BTE.narrow(-1, 0, q_width),
+        qkv_BTE.narrow(-1, q_width, kv_width),
+        qkv_BTE.narrow(-1, q_width + kv_width, kv_width),
+    )
+
+
+def split_heads(x_BTD: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[B, T, H*K] -> [B,H,T,K] (a view)"""
+    n_batch, n_new, width = x_BTD.shape
+    return x_BTD.view(n_batch, n_new, n_heads, width // n_heads).transpose(1, 2)  # (B, H, T, K)
+
+
+def repeat_kv(k_BHSK: torch.Tensor, group_size: int) -> torch.Tensor:
+    """[B,Hkv,S,K] -> [B,Hkv*group_size,S,K]: each KV head serves group_size query heads (GQA/MQA)."""
+    return k_BHSK if group_size == 1 else k_BHSK.repeat_interleave(group_size, dim=1)
+
+
+def attention_scores(q_BHTK: torch.Tensor, k_BHSK: torch.Tensor) -> torch.Tensor:
+    """[B,H,T,K], [B,H,S,K] -> [B,H,T,S]: the raw dot products q_t . k_s (not yet scaled)."""
+    return q_BHTK @ k_BHSK.mT
+
+
+def apply_mask(scores_BHTS: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B,H,T,S], [T,S] or [B,1,T,S] bool -> [B,H,T,S]: -inf wherever the mask forbids looking."""
+    return scores_BHTS.masked_fill(~mask, float("-inf"))
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """[..., S] -> [..., S]: rows that sum to 1."""
+    return torch.softmax(x, dim=dim)
+
+
+def attention_weights(scores_BHTS: torch.Tensor, d_head: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """[B,H,T,S], K, mask or None -> [B,H,T,S]: mask, divide by sqrt(K), softmax over keys."""
+    if mask is not None:
+        scores_BHTS = apply_mask(scores_BHTS, mask)
+    return softmax(scores_BHTS / math.sqrt(d_head))
+
+
+def attend(a_BHTS: torch.Tensor, v_BHSK: torch.Tensor) -> torch.Tensor:
+    """[B,H,T,S], [B,H,S,K] -> [B,H,T,K]: each output row is a weighted mix of value rows."""
+    return a_BHTS @ v_BHSK
+
+
+def sdpa(
+    q_BHTK: torch.Tensor,
+    k_BHSK: torch.Tensor,
+    v_BHSK: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    group_size: int = 1,
+) -> torch.Tensor:
+    """[B,H,T,K], [B,Hkv,S,K], [B,Hkv,S,K] -> [B,H,T,K]: scores, mask, softmax and attend in one fused kernel.
+
+    Equals ``attend(attention_weights(attention_scores(q, repeat_kv(k)), K, mask), repeat_kv(v))``.
+    """
+    if group_size == 1:
+        return F.scaled_dot_product_attention(q_BHTK, k_BHSK, v_BHSK, attn_mask=mask, is_causal=is_causal)
+    if not _SDPA_GQA:
+        k_BHSK, v_BHSK = repeat_kv(k_BHSK, group_size), repeat_kv(v_BHSK, group_size)
+        return F.scaled_dot_product_attention(q_BHTK, k_BHSK, v_BHSK, attn_mask=mask, is_causal=is_causal)
+    return F.scaled_dot_product_attention(
+        q_BHTK, k_BHSK, v_BHSK, attn_mask=mask, is_causal=is_causal, enable_gqa=True
+    )
+
+
+def merge_heads(o_BHTK: torch.Tensor) -> torch.Tensor:
+    """[B,H,T,K] -> [B, T, H*K]"""
+    n_batch, n_heads, n_new, d_head = o_BHTK.shape
+    return o_BHTK.transpose(1, 2).reshape(n_batch, n_new, n_heads * d_head)  # (B, T, H*K)
+
+
+def gelu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """[...] -> [...]: GELU, tanh approximation (GPT-2's 'gelu_new'); ``inplace`` overwrites x."""
+    if inplace:
+        return _GELU_INPLACE(x, approximate="tanh")
+    return F.gelu(x, approximate="tanh")
+
+
+def ffn(x_BTD: torch.Tensor, layer: TorchLayerWeights) -> torch.Tensor:
+    """[B,T,D] -> [B,T,D]: W_fc [D,F], GELU, W_proj [F,D]."""
+    h_BTF = linear(x_BTD, layer.w_fc, layer.b_fc)
+    return linear(gelu(h_BTF, inplace=True), layer.w_proj, layer.b_proj)  # h is ours: no new [B,T,F]
+
+
+def attention(
+    x_BTD: torch.Tensor,
+    layer: TorchLayerWeights,
+    config: ModelConfig,
+    cache: TorchKVCache | None = None,
+    layer_index: int = 0,
+    plan: Plan | None = None,
+) -> torch.Tensor:
+    """[B,T,D] -> [B,T,D]: multi-head causal self-attention of T new tokens per row.
+
+    With a cache, ``plan`` (from the cache) says where each row's new keys and values go and which
+    keys each query may see; the queries attend to the S keys the cache returns. Without one,
+    S = T (full recompute, plain causal mask).
+    """
+    q_BTD, k_BTE, v_BTE = project_qkv(x_BTD, layer)
+    q_BHTK = split_heads(q_BTD, config.n_heads)
+    k_new_BHTK = split_heads(k_BTE, config.n_kv_heads)
+    v_new_BHTK = split_heads(v_BTE, config.n_kv_heads)
+    o_BHTK = attention_core(q_BHTK, k_new_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
+    return linear(merge_heads(o_BHTK), layer.w_o, layer.b_o)
+
+
+def attention_core(
+    q_BHTK: torch.Tensor,
+    k_new_BHTK: torch.Tensor,
+    v_new_BHTK: torch.Tensor,
+    group_size: int,
+    cache: TorchKVCache | None = None,
+    layer_index: int = 0,
+    plan: Plan | None = None,
+) -> torch.Tensor:
+    """[B,H,T,K], new [B,Hkv,T,K] keys and values -> [B,H,T,K]: store the new keys and values where
+    ``plan`` says (with a cache) and attend to every key each query may see; without a cache, to the
+    T new ones under the plain causal mask. GPT-2 and Llama share it (``numpy_model.attention_core``'s
+    twin, with the cache write folded in)."""
+    if cache is None:
+        k_BHSK, v_BHSK, mask, is_causal = k_new_BHTK, v_new_BHTK, None, q_BHTK.shape[2] > 1
+    else:
+        k_BHSK, v_BHSK = cache.store(layer_index, k_new_BHTK, v_new_BHTK, plan)
+        mask, is_causal = plan.mask, plan.is_causal
+    return sdpa(q_BHTK, k_BHSK, v_BHSK, mask, is_causal, group_size)
+
+
+def block(
+    x_BTD: torch.Tensor,
+    layer: TorchLayerWeights,
+    config: ModelConfig,
+    cache: TorchKVCache | None = None,
+    layer_index: int = 0,
+    plan: Plan | None = None,
+) -> torch.Tensor:
+    """[B,T,D] -> [B,T,D]: x + attention(LN(x)), then x + FFN(LN(x)) (pre-LayerNorm, as GPT-2)."""
+    eps = config.layer_norm_eps
+    h_BTD = layer_norm(x_BTD, layer.ln1_g, layer.ln1_b, eps)
+    x_BTD = attention(h_BTD, layer, config, cache, layer_index, plan).add_(
+        x_BTD
+    )  # a fresh tensor: add in place
+    return ffn(layer_norm(x_BTD, layer.ln2_g, layer.ln2_b, eps), layer).add_(x_BTD)
+
+
+def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
+    """[B,T,D], [V,D] -> [B,T,V]: logits, the token embedding used as the output matrix (tied)."""
+    if x_BTD.is_cuda:
+        return F.linear(x_BTD, wte_VD)
+    n_batch, n_new = x_BTD.shape[:2]
+    if n_batch * n_new == 1:  # one row: BLAS's matrix-vector product
+        return torch.mv(wte_VD, x_BTD.reshape(-1)).view(1, 1, -1)
+    n_bytes = n_batch * n_new * wte_VD.shape[0] * wte_VD.element_size()
+    if n_bytes < _BIG_OUTPUT:
+        return F.linear(x_BTD, wte_VD)
+    # a large output (prefill logits): fresh memory would fault in 4 KiB at a time; use 2 MiB pages
+    out_BTV = host_empty(n_bytes // wte_VD.element_size(), wte_VD.dtype).view(n_batch, n_new, -1)
+    return torch.matmul(x_BTD, wte_VD.mT, out=out_BTV)
+
+
+def sample(
+    logits_BV: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """[B,V] -> [B] token ids: argmax at temperature 0, else a draw from softmax(logits / temperature)."""
+    temperature = check_temperature(temperature)
+    if temperature == 0:
+        return logits_BV.argmax(dim=-1)
+    p_BV = torch.softmax(logits_BV.float() / temperature, dim=-1)
+    return torch.multinomial(p_BV, 1, generator=generator)[:, 0]
+
+
+# ---------------------------------------------------------------- weights
+
+
+@dataclass
+class TorchLayerWeights:
+    """One block, named as ``gpt2_weights.LayerWeights``. Matrices are [in, out] views of contiguous
+    [out, in] tensors; ``w_q``, ``w_k``, ``w_v`` (and their biases) are column slices of ``w_qkv``."""
+
+    ln1_g: torch.Tensor
+    ln1_b: torch.Tensor
+    w_qkv: torch.Tensor
+    b_qkv: torch.Tensor
+    w_q: torch.Tensor
+    b_q: torch.Tensor
+    w_k: torch.Tensor
+    b_k: torch.Tensor
+    w_v: torch.Tensor
+    b_v: torch.Tensor
+    w_o: torch.Tensor
+    b_o: torch.Tensor
+    ln2_g: torch.Tensor
+    ln2_b: torch.Tensor
+    w_fc: torch.Tensor
+    b_fc: torch.Tensor
+    w_proj: torch.Tensor
+    b_proj: torch.Tensor
+
+
+# ---------------------------------------------------------------- device and dtype of a torch model
+
+
+def resolve_device_dtype(device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
+    """A device present here (default: CUDA when present) and a dtype the matmuls run in there
+    (default: bf16 on CUDA, else float32; a torch dtype or a name such as ``"bf16"``), or an error
+    naming the argument and the choices: ``validate.torch_device`` and ``validate.torch_compute_dtype``,
+    the one check every torch model runs before it builds anything."""
+    device = torch_device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return device, torch_compute_dtype(dtype, device)
+
+
+def check_finite_weights(named: list[tuple[str, torch.Tensor]]) -> None:
+    """Every weight finite in the dtype it is stored in, or a ValueError naming the first tensor that
+    is not: a nan or inf in the weights given, or a number too large for the dtype (1e5 in float16)."""
+    if not named:
+        return
+    finite = torch.stack([torch.isfinite(t).all() for _, t in named]).tolist()  # one sync
+    for (name, t), ok in zip(named, finite, strict=True):
+        if not ok:
+            bad = ~torch.isfinite(t)
+            where = [int(i) for i in torch.nonzero(bad)[0]]
+            raise ValueError(
+                f"{name}: expected finite weights in {t.dtype}, got {t[tuple(where)].item()} at index "
+                f"{where} ({int(bad.sum())} non-finite in all): a nan or inf in the weights given, or a "
+                f"number beyond the largest {t.dtype}, {torch.finfo(t.dtype).max:.4g}"
+            )

@@ -1,0 +1,205 @@
+"""The NumPy and the torch models side by side: the few places where serving code must tell them apart.
+
+Both models make caches the same way (``new_cache(batch_size=1, capacity=None,
+kind="preallocated")``), check them the same way (``check_cache(cache)``) and roll them back the
+same way (``cache.truncate(length)``). What remains different is the batch: a ``NumpyModel`` runs
+one sequence per cache, token ids [T] -> NumPy logits [T,V]; a ``TorchModel`` runs a batch in one
+cache with a length per row, [B,T] -> tensor logits [B,T,V] on its device. The code for that
+difference lives here, once, for ``kvtutor.serving.loop`` (the batch slots of continuous batching) and
+``kvtutor.serving.speculative`` (one sequence at a time), with the one-sequence chunked prefill that both
+models share (``prefill_in_chunks``). None of it imports torch unless a TorchModel is given.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..caches.kv import KVCache
+from ..models.numpy_model import NumpyDecoder
+from ..validate import check_int, check_token_ids
+
+__all__ = [
+    "is_torch_model",
+    "check_model",
+    "forward_one",
+    "prefill_in_chunks",
+    "check_empty_cache",
+    "forward_row",
+    "LoopedSlots",
+    "BatchedSlots",
+    "batch_slots",
+]
+
+
+def is_torch_model(model: Any) -> bool:
+    """Is ``model`` a torch model (a ``TorchDecoder``: ``TorchModel``, ``TorchLlamaModel``)? Never
+    imports torch: unless ``kvtutor.models.torch_model`` has been imported, no torch model can exist."""
+    cls = getattr(sys.modules.get("kvtutor.models.torch_model"), "TorchDecoder", None)
+    return cls is not None and isinstance(model, cls)
+
+
+def check_model(model: Any, name: str) -> Any:
+    """``model.config`` if ``model`` is a kvtutor model of either family and either backend
+    (``NumpyModel``, ``LlamaModel``, ``TorchModel``, ``TorchLlamaModel``), else a TypeError
+    naming ``name``."""
+    if not isinstance(model, NumpyDecoder) and not is_torch_model(model):
+        raise TypeError(
+            f"{name}: expected a kvtutor model, got {type(model).__name__} "
+            "(models: NumpyModel, LlamaModel, TorchModel, TorchLlamaModel)"
+        )
+    return model.config
+
+
+# ---------------------------------------------------------------- one sequence (speculative decoding)
+
+
+def forward_one(model: Any, ids: Sequence[int], cache: Any) -> np.ndarray:
+    """[T] -> [T,V] float64 NumPy: T new tokens of one sequence at positions len(cache) ..
+    len(cache)+T-1, on a ``NumpyModel`` or on a ``TorchModel`` with a cache of batch size 1.
+
+    A ``TorchModel`` takes a batch [1,T] and returns a tensor [1,T,V] on its device; speculative
+    decoding compares probabilities in float64 on the host, so its row 0 comes back as NumPy.
+    """
+    if not is_torch_model(model):
+        return model.forward(np.asarray(ids, dtype=np.int64), cache).astype(np.float64)
+    return model.forward([list(ids)], cache)[0].double().cpu().numpy()
+
+
+def prefill_in_chunks(
+    model: Any,
+    prompt_ids: Any,
+    cache: Any,
+    chunk_size: int,
+) -> np.ndarray:
+    """[T] -> [C,V] float64: the prompt chunk_size tokens at a time, the
+    logits of the last chunk (C tokens, C <= chunk_size).
+
+    Each chunk runs at positions len(cache) .. len(cache)+C-1 against
+    every key already cached: its C queries are the last C of S keys,
+    which is the bottom-right causal mask. The cache ends as a whole
+    prefill leaves it. Any cache of ``model`` for one sequence: NumPy
+    (preallocated, concat, paged) or torch of batch size 1.
+
+    The book shows this in "Continuous batching".
+    """
+    cfg = check_model(model, "model")
+    model.check_cache(cache)
+    if is_torch_model(model) and cache.batch_size != 1:
+        raise ValueError(
+            f"cache: expected a cache of batch size 1, got {cache.batch_size}"
+        )  # fmt: skip
+    prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
+    chunk_size = check_int("chunk_size", chunk_size, 1)
+    held = len(cache)
+    # refuse before any chunk is written
+    if held + len(prompt) > cache.capacity:
+        raise ValueError(
+            f"prompt_ids: {len(prompt)} tokens after {held} cached ones "
+            f"exceed the capacity {cache.capacity}"
+        )  # fmt: skip
+    try:
+        for start in range(0, len(prompt), chunk_size):
+            chunk = [int(t) for t in prompt[start : start + chunk_size]]
+            logits_CV = forward_one(model, chunk, cache)
+    except BaseException:  # a paged pool out of blocks: drop what was run
+        cache.truncate(held)
+        raise
+    return logits_CV
+
+
+def check_empty_cache(model: Any, cache: Any, name: str = "cache") -> None:
+    """A TypeError/ValueError naming ``name`` unless ``cache`` is an empty cache of ``model`` for one
+    sequence (a NumPy cache always holds one; a torch cache must have batch size 1)."""
+    model.check_cache(cache)
+    if is_torch_model(model) and cache.batch_size != 1:
+        raise ValueError(f"{name}: expected a cache of batch size 1, got {cache.batch_size}")
+    if len(cache) != 0:
+        raise ValueError(f"{name}: expected an empty cache, got one holding {len(cache)}")
+
+
+# ---------------------------------------------------------------- batch slots (continuous batching)
+
+
+class LoopedSlots:
+    """Batch slots for a ``NumpyModel``, which runs one sequence per cache: one cache per slot, and a
+    "batched" decode step is a loop over the slots (the same tokens, no speed-up)."""
+
+    def __init__(self, model: NumpyDecoder, n_slots: int, capacity: int) -> None:
+        self.model = model
+        self.caches: list[KVCache] = [model.new_cache(capacity=capacity) for _ in range(n_slots)]
+
+    def prefill(self, slot: int, ids: list[int], start: int = 0) -> int:
+        """Prompt tokens [C] into a slot at positions start .. start+C-1 (start 0: the slot is
+        emptied first) -> the greedy token after them (the first token, after the last chunk)."""
+        cache = self.caches[slot]
+        if start == 0:
+            cache.truncate(0)
+            return int(np.argmax(self.model.prefill(ids, cache)[-1]))
+        check_length(len(cache), start)
+        return int(np.argmax(self.model.forward(ids, cache)[-1]))
+
+    def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
+        """One new token for each listed slot -> the next (greedy) token of each."""
+        return [
+            int(np.argmax(self.model.decode_step(tok, self.caches[slot])))
+            for slot, tok in zip(slots, tokens, strict=True)
+        ]
+
+
+class BatchedSlots:
+    """Batch slots for a ``TorchModel``: one cache [L, B, Hkv, M, K] with a length per row, and one
+    batched decode step for the listed rows (the other rows are marked inactive)."""
+
+    def __init__(self, model: Any, n_slots: int, capacity: int) -> None:
+        self.model = model
+        self.n_slots = n_slots
+        self.cache = model.new_cache(n_slots, capacity=capacity)
+
+    def prefill(self, slot: int, ids: list[int], start: int = 0) -> int:
+        """Prompt tokens [C] into a row at positions start .. start+C-1 (start 0: the row is
+        emptied first) -> the greedy token after them (the first token, after the last chunk)."""
+        if start == 0:
+            self.cache.reset_row(slot)
+            return int(self.model.prefill_row(ids, self.cache, slot)[-1].argmax())
+        check_length(self.cache.host_lengths[slot], start)
+        return int(forward_row(self.model, ids, self.cache, slot)[-1].argmax())
+
+    def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
+        """One new token for each listed row, all in one step -> the next (greedy) token of each."""
+        ids_B = np.zeros(self.n_slots, dtype=np.int64)
+        ids_B[slots] = tokens
+        active_B = np.zeros(self.n_slots, dtype=bool)
+        active_B[slots] = True
+        next_B = self.model.decode_step(ids_B, self.cache, active=active_B).argmax(dim=-1).cpu()
+        return [int(next_B[s]) for s in slots]
+
+
+def check_length(held: int, start: int) -> None:
+    """A ValueError unless a slot holding ``held`` positions continues at ``start``: a chunk goes
+    right after the one before it."""
+    if held != start:
+        raise ValueError(
+            f"start: expected the slot's length {held} (a chunk continues the last), got {start}"
+        )
+
+
+def forward_row(model: Any, ids_T: Any, cache: Any, row: int) -> Any:
+    """[T] -> [T,V] tensor: ``model.forward_row`` (T new tokens continuing one row of a torch
+    model's batched cache), after checking that ``model`` is a torch model."""
+    if not is_torch_model(model):
+        raise TypeError(f"model: expected a TorchModel, got {type(model).__name__}")
+    return model.forward_row(ids_T, cache, row)
+
+
+def batch_slots(model: Any, n_slots: int, capacity: int) -> LoopedSlots | BatchedSlots:
+    """``n_slots`` request slots of up to ``capacity`` positions each, as ``run_serving`` uses them:
+    ``prefill(slot, ids, start=0) -> token`` (a whole prompt, or a chunk at ``start``) and
+    ``decode(slots, tokens) -> tokens``, greedy. A ``NumpyModel`` gets ``LoopedSlots`` (one cache
+    per slot), a ``TorchModel`` ``BatchedSlots``."""
+    if is_torch_model(model):
+        return BatchedSlots(model, n_slots, capacity)
+    return LoopedSlots(model, n_slots, capacity)

@@ -1,0 +1,421 @@
+"""Speculative decoding: make one request's query block taller.
+
+Decode computes one query row per step. Speculative decoding (``speculative_generate``) lets a
+cheap draft guess k tokens, and the target checks all of them in one forward pass over k + 1
+query rows, which is a prefill-shaped pass at an offset, so it needs the offset causal mask again.
+Rejected guesses are rolled back with ``cache.truncate``. The drafts here: a small model
+(``ModelDraft``), the target's own first layers (``layer_cut_draft``) and prompt lookup
+(``PromptLookupDraft``), which needs no model.
+
+It works with ``NumpyModel`` and ``TorchModel`` alike, one sequence at a time: both make the
+cache with ``new_cache()`` and roll it back with ``truncate``; the one step where they differ
+(the torch model takes and returns a batch) is ``kvtutor.serving.backends.forward_one``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..models.config import ModelConfig
+from ..models.numpy_model import NumpyDecoder, softmax
+from ..validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
+from .backends import check_empty_cache, check_model, forward_one, is_torch_model
+
+__all__ = [
+    "speculative_generate",
+    "speculative_run",
+    "SpeculativeResult",
+    "token_probs",
+    "verify_draft",
+    "Draft",
+    "ModelDraft",
+    "PromptLookupDraft",
+    "layer_cut_draft",
+    "expected_tokens_per_step",
+    "expected_speedup",
+]
+
+
+# ---------------------------------------------------------------- speculative decoding: the theory
+
+
+def expected_tokens_per_step(a: float, k: int) -> float:
+    """acceptance rate a, k drafts -> E = (1 - a^(k+1)) / (1 - a), tokens per target pass.
+
+    Each draft is accepted with probability a until the first rejection; the target pass adds
+    one token of its own (the correction, or a bonus token when all k are accepted).
+    """
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"a: expected an acceptance rate in [0, 1], got {a}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k: expected an int >= 0, got {k!r}")
+    if a == 1.0:
+        return float(k + 1)
+    return float((1.0 - a ** (k + 1)) / (1.0 - a))
+
+
+def expected_speedup(a: float, k: int, c: float) -> float:
+    """a, k, c = draft step cost / target step cost -> E / (k c + 1), the wall-clock speedup.
+
+    A round costs k draft steps and one target pass (assumed to cost one decode step, since
+    k + 1 query rows read the same weights as one) and yields E tokens on average.
+    """
+    if not c >= 0:
+        raise ValueError(f"c: expected a cost ratio >= 0, got {c}")
+    return expected_tokens_per_step(a, k) / (k * c + 1.0)
+
+
+# ---------------------------------------------------------------- speculative decoding: one round
+
+
+def token_probs(logits_TV: np.ndarray, temperature: float) -> np.ndarray:
+    """[T,V] -> [T,V] float64: softmax(logits / temperature); one-hot at the argmax if temperature = 0."""
+    logits_TV = np.asarray(logits_TV, dtype=np.float64)
+    if temperature == 0:
+        probs_TV = np.zeros_like(logits_TV)
+        probs_TV[np.arange(len(logits_TV)), logits_TV.argmax(axis=-1)] = 1.0
+        return probs_TV
+    return softmax(logits_TV / temperature)
+
+
+def _draw(probs_V: np.ndarray, rng: np.random.Generator) -> int:
+    """[V] -> token id drawn from the distribution (the argmax, without using rng, if one-hot)."""
+    top = int(np.argmax(probs_V))
+    if probs_V[top] == 1.0:
+        return top
+    return int(rng.choice(len(probs_V), p=probs_V / probs_V.sum()))
+
+
+def verify_draft(
+    p_TV: np.ndarray,
+    q_KV: np.ndarray | None,
+    draft_tokens: Sequence[int],
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """[k+1,V] target probs, [k,V] draft probs (None: a deterministic draft),
+    k drafts -> (kept, next).
+
+    Draft token i is kept with probability min(1, p_i(d) / q_i(d)); at the
+    first rejection the next token is drawn from the residual
+    max(0, p_i - q_i), normalised, and the rest is thrown away. If all k are
+    kept the next token comes from p_k, the target's distribution after them.
+    The tokens that come out are distributed exactly as if the target had
+    sampled them itself. With temperature 0, p and q are one-hot: a draft is
+    kept iff it is the target's argmax.
+
+    The book shows this in "Speculative decoding".
+    """
+    for i, token in enumerate(draft_tokens):
+        p_V = p_TV[i]
+        if q_KV is None:
+            q_V = np.zeros_like(p_V)
+            q_V[token] = 1.0
+        else:
+            q_V = q_KV[i]
+        p_d, q_d = p_V[token], q_V[token]
+        if p_d >= q_d or (p_d > 0 and rng.random() < p_d / q_d):
+            continue  # accepted
+        residual_V = np.maximum(p_V - q_V, 0.0)
+        if not residual_V.sum() > 0:  # only through rounding: p and q equal
+            residual_V = p_V
+        return i, _draw(residual_V, rng)
+    return len(draft_tokens), _draw(p_TV[len(draft_tokens)], rng)
+
+
+# ---------------------------------------------------------------- speculative decoding: drafts
+
+
+@runtime_checkable
+class Draft(Protocol):
+    """What speculative decoding needs from a draft: guesses, and forgetting rejected ones."""
+
+    def propose(
+        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray | None]:
+        """context -> up to k guessed next tokens and their probabilities [k,V] (None: deterministic)."""
+        ...
+
+    def rollback(self, length: int) -> None:
+        """Forget everything after the first ``length`` tokens of the context."""
+        ...
+
+
+class ModelDraft:
+    """A small language model as the draft: k decode steps on its own cache, one token each."""
+
+    def __init__(self, model: Any) -> None:
+        check_model(model, "model")
+        self.model = model
+        self.cache: Any = None
+        self.calls = 0  # forward passes run
+
+    def propose(
+        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray | None]:
+        """context -> k tokens sampled from the draft (its argmax at temperature 0), probs [k,V]."""
+        if k == 0:
+            return [], None
+        if self.cache is None:
+            self.cache = self.model.new_cache()
+        tokens: list[int] = []
+        q_rows = []
+        new = seq[len(self.cache) :]  # the context the draft has not seen yet
+        for _ in range(k):
+            logits_TV = forward_one(self.model, new, self.cache)
+            self.calls += 1
+            q_V = token_probs(logits_TV[-1:], temperature)[0]
+            tokens.append(_draw(q_V, rng))
+            q_rows.append(q_V)
+            new = tokens[-1:]
+        # the last guess is not fed to the draft: if it is accepted, the next round feeds it
+        return tokens, np.stack(q_rows)
+
+    def rollback(self, length: int) -> None:
+        if self.cache is not None and len(self.cache) > length:
+            self.cache.truncate(length)
+
+
+@dataclass
+class PromptLookupDraft:
+    """Prompt lookup: propose what followed the most recent earlier occurrence of the last n tokens.
+
+    No model: it finds the context's final n-gram (n = max_ngram down to min_ngram) earlier in the
+    context and copies up to k tokens that came after it. It pays off on text that repeats itself
+    (code edits, summaries quoting their source, ...) and proposes nothing when there is no match.
+    """
+
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_ngram", "min_ngram"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(f"min_ngram: expected <= max_ngram={self.max_ngram}, got {self.min_ngram}")
+
+    def propose(
+        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray | None]:
+        """context -> the up to k tokens that followed the last earlier match of its final n-gram."""
+        if k == 0:
+            return [], None
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            if len(seq) <= n:
+                continue
+            tail = seq[-n:]
+            for start in range(len(seq) - n - 1, -1, -1):  # most recent match first
+                if seq[start : start + n] == tail:
+                    return list(seq[start + n : start + n + k]), None
+        return [], None
+
+    def rollback(self, length: int) -> None:
+        pass  # nothing cached
+
+
+def layer_cut_draft(model: Any, n_layers: int) -> Any:
+    """model, n -> a draft made of the model's first n blocks, then its final norm and LM head
+    (``first_layers``, on every kvtutor model).
+
+    The weight arrays (NumPy) or tensors (torch) are shared with the target, nothing is copied.
+    Early layers already predict many easy tokens; the cut model runs n of the L blocks.
+    """
+    check_model(model, "model")
+    return model.first_layers(n_layers)
+
+
+# ---------------------------------------------------------------- speculative decoding: the loop
+
+
+@dataclass
+class SpeculativeResult:
+    """What one speculative generation produced, round by round."""
+
+    tokens: list[int]
+    k: int
+    proposed: list[int] = field(default_factory=list)  # per round: draft tokens proposed
+    accepted: list[int] = field(default_factory=list)  # per round: draft tokens kept
+    draft_calls: int = 0  # forward passes of the draft model (0 for prompt lookup)
+    seconds: float = 0.0
+
+    @property
+    def rounds(self) -> int:
+        """Target verification passes (one per round), not counting the prompt's prefill."""
+        return len(self.proposed)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Per-draft acceptance a: drafts kept / drafts judged (a judged draft is kept or is the
+        round's first rejection; guesses after a rejection are never judged)."""
+        judged = sum(acc + (acc < prop) for acc, prop in zip(self.accepted, self.proposed, strict=True))
+        return sum(self.accepted) / judged if judged else float("nan")
+
+    @property
+    def kept_fraction(self) -> float:
+        """Drafts kept / drafts proposed."""
+        proposed = sum(self.proposed)
+        return sum(self.accepted) / proposed if proposed else float("nan")
+
+    @property
+    def tokens_per_step(self) -> float:
+        """New tokens per target pass (1 for plain decoding)."""
+        return len(self.tokens) / self.rounds if self.rounds else float("nan")
+
+    def predicted(self, c: float = 0.0, a: float | None = None) -> tuple[float, float]:
+        """c, a (default: the measured rate) -> (tokens per target pass, speed-up) the theory predicts.
+
+        The formulas applied round by round, to the number of guesses each round really made:
+        sum E(a, k_r) / rounds and sum E(a, k_r) / sum (k_r c + 1). With k guesses in every
+        round they are E(a, k) and E(a, k) / (k c + 1).
+        """
+        a = self.acceptance_rate if a is None else a
+        if not self.rounds or math.isnan(a):
+            return float("nan"), float("nan")
+        tokens = sum(expected_tokens_per_step(a, k) for k in self.proposed)
+        cost = sum(k * c + 1.0 for k in self.proposed)
+        return tokens / self.rounds, tokens / cost
+
+
+def _check_proposal(proposal: Any, k_round: int, vocab_size: int) -> tuple[list[int], np.ndarray | None]:
+    """A draft's (tokens, probabilities) -> up to k_round int tokens and [k,V] float64 probs, or an
+    error naming the draft (a bad token would otherwise surface as the target's ``ids_T``)."""
+    if not isinstance(proposal, tuple) or len(proposal) != 2:
+        raise TypeError(f"draft: propose() must return (tokens, probs), got {type(proposal).__name__}")
+    guesses, q_KV = proposal
+    if isinstance(guesses, (str, bytes)) or not isinstance(guesses, Sequence):
+        raise TypeError(f"draft: propose() must return a list of token ids, got {type(guesses).__name__}")
+    tokens = []
+    for i, token in enumerate(list(guesses)[:k_round]):
+        try:
+            tokens.append(check_token_id(token, vocab_size, "draft"))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{err} (proposed token {i})") from None
+    if q_KV is None:
+        return tokens, None
+    q = np.asarray(q_KV, dtype=np.float64) if isinstance(q_KV, np.ndarray) else None
+    if q is None or q.ndim != 2 or q.shape[1] != vocab_size or len(q) < len(tokens):
+        shape = list(q_KV.shape) if hasattr(q_KV, "shape") else type(q_KV).__name__
+        raise ValueError(
+            f"draft: propose() must return probabilities [k={len(tokens)}, V={vocab_size}] or None, "
+            f"got {shape}"
+        )
+    return tokens, q[: len(tokens)]
+
+
+def _as_draft(draft: Any, target_cfg: ModelConfig) -> Draft:
+    if isinstance(draft, NumpyDecoder) or is_torch_model(draft):
+        if draft.config.vocab_size != target_cfg.vocab_size:
+            raise ValueError(
+                f"draft: expected the target's vocab_size {target_cfg.vocab_size}, "
+                f"got {draft.config.vocab_size}"
+            )
+        return ModelDraft(draft)
+    if isinstance(draft, Draft):
+        return draft
+    raise TypeError(
+        f"draft: expected a kvtutor model or a Draft (propose/rollback), got {type(draft).__name__}"
+    )
+
+
+def speculative_run(
+    target: Any,
+    draft: Any,
+    prompt_ids: Any,
+    max_new_tokens: int,
+    k: int = 4,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    cache: Any = None,
+) -> SpeculativeResult:
+    """prompt [T] -> SpeculativeResult: ``speculative_generate`` with what each
+    round proposed and kept.
+
+    The target's cache holds every token but the last one between rounds; a
+    round feeds that token and the k guesses as one block of k + 1 query rows,
+    then truncates the cache back to the tokens it kept. ``cache`` (optional,
+    empty) is the target's, to inspect afterwards.
+
+    The book shows this in "Speculative decoding".
+    """
+    target_cfg = check_model(target, "target")
+    drafter = _as_draft(draft, target_cfg)
+    token_ids = check_token_ids(prompt_ids, target_cfg.vocab_size, "prompt_ids")
+    prompt = [int(t) for t in token_ids]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k: expected an int, got {type(k).__name__}")
+    if k < 0:
+        raise ValueError(
+            f"k: expected an int >= 0 (0 = plain decoding), got {k}",
+        )
+    temperature = check_temperature(temperature)
+    cache_given = cache is not None
+    if cache is None:
+        cache = target.new_cache()
+    else:
+        check_empty_cache(target, cache)
+    limit = "the cache's capacity" if cache_given else "max_seq_len"
+    n_new, n_prompt = max_new_tokens, len(prompt)
+    check_max_new_tokens(n_new, n_prompt, cache.capacity, limit)
+    if isinstance(drafter, ModelDraft):
+        draft_max_len = drafter.model.config.max_seq_len
+        draft_limit = "the draft's max_seq_len"
+        check_max_new_tokens(n_new, n_prompt, draft_max_len, draft_limit)
+    rng = np.random.default_rng(seed)
+    result = SpeculativeResult([], int(k))
+    start = time.perf_counter()
+    seq = list(prompt)
+    try:
+        while len(result.tokens) < max_new_tokens:
+            k_round = min(k, max_new_tokens - len(result.tokens) - 1)
+            proposal = drafter.propose(seq, k_round, temperature, rng)
+            vocab = target_cfg.vocab_size
+            guesses, q_KV = _check_proposal(proposal, k_round, vocab)
+            if not result.tokens and len(prompt) > 1:
+                # prefill; the last prompt token opens the first round
+                forward_one(target, prompt[:-1], cache)
+            # one target pass over k + 1 query rows: the last token and the
+            # guesses after it
+            logits_TV = forward_one(target, [seq[-1], *guesses], cache)
+            p_TV = token_probs(logits_TV, temperature)
+            kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
+            new = [*guesses[:kept], next_token]
+            seq += new
+            result.tokens += new
+            # forget the K/V rows of rejected guesses
+            cache.truncate(len(seq) - 1)
+            drafter.rollback(len(seq) - 1)
+            result.proposed.append(len(guesses))
+            result.accepted.append(kept)
+    except (TypeError, ValueError):
+        # a draft that fails later: the cache is left empty, as it came
+        cache.truncate(0)
+        raise
+    result.seconds = time.perf_counter() - start
+    result.draft_calls = drafter.calls if isinstance(drafter, ModelDraft) else 0
+    return result
+
+
+def speculative_generate(
+    target: Any,
+    draft: Any,
+    prompt_ids: Any,
+    max_new_tokens: int,
+    k: int = 4,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    cache: Any = None,
+) -> list[int]:
+    """prompt [T] -> the new token ids, the draft guessing k at a time and the target verifying.
+
+    Greedy (temperature 0): exactly the target's own greedy tokens. With temperature > 0 the
+    tokens are distributed exactly as the target's samples. ``draft`` is a model (NumpyModel or
+    TorchModel, e.g. ``layer_cut_draft(target, 1)``) or a ``Draft`` such as ``PromptLookupDraft()``.
+    """
+    return speculative_run(target, draft, prompt_ids, max_new_tokens, k, temperature, seed, cache).tokens
