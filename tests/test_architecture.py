@@ -363,3 +363,57 @@ def test_the_layer_checks_catch_a_higher_import_and_a_circle(tmp_path):
         "models.head",
     ) in cycles
     assert any("caches.kv" in c and "models.gpt" in c for c in cycles), cycles
+
+
+def _method_bodies(path: Path) -> list[tuple[str, str, str]]:
+    """(class, method, body dump) of every method of at least three statements in ``path``, the
+    docstring left out, so that two copies of one method compare equal whatever they are called."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = item.body[1:] if ast.get_docstring(item) is not None else item.body
+                if len(body) >= 3:
+                    found.append((node.name, item.name, ast.dump(ast.Module(body=body, type_ignores=[]))))
+    return found
+
+
+def copied_methods(paths: list[Path]) -> list[str]:
+    """Methods whose bodies appear in two classes, and methods borrowed by assignment in a class
+    body (``forward = OtherClass.forward``)."""
+    seen: dict[str, str] = {}
+    found = []
+    for path in paths:
+        for cls, name, body in _method_bodies(path):
+            where = f"{path.name}:{cls}.{name}"
+            if body in seen and seen[body].split(":")[1].split(".")[0] != cls:
+                found.append(f"{where} copies {seen[body]}")
+            seen.setdefault(body, where)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    value = item.value if isinstance(item, ast.Assign) else None
+                    owner = value.value if isinstance(value, ast.Attribute) else None
+                    if isinstance(owner, ast.Name) and owner.id[:1].isupper():
+                        found.append(f"{path.name}:{node.name} borrows {ast.unparse(value)}")
+    return found
+
+
+def test_no_method_is_copied_between_classes():
+    """Shared behaviour lives in a base class (NumpyDecoder, TorchDecoder), never in copies."""
+    found = copied_methods(_modules())
+    assert not found, "\n".join(found)
+
+
+def test_the_copy_check_catches_a_copy_and_a_borrowed_method(tmp_path):
+    body = "        a = 1\n        b = a + 1\n        return a * b\n"
+    mod = tmp_path / "m.py"
+    mod.write_text(
+        f"class A:\n    def f(self):\n{body}\nclass B:\n    def g(self):\n        '''Doc.'''\n{body}\n"
+        "class C:\n    f = A.f\n",
+        encoding="utf-8",
+    )
+    found = copied_methods([mod])
+    assert found == ["m.py:B.g copies m.py:A.f", "m.py:C borrows A.f"], found

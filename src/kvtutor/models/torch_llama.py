@@ -28,13 +28,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..caches.kv import CACHE_KINDS
 from ..caches.torch_kv import Plan, TorchKVCache
 from ..text import TEXT_WIDTH, fields_call, wrap_call
-from ..validate import check_max_new_tokens
 from . import llama
 from .llama import LlamaConfig, LlamaModel, LlamaWeights
-from .torch_engine import token_ids
 from .torch_mirror import (
     attention_core,
     check_finite_weights,
@@ -363,23 +360,3 @@ class TorchLlamaModel(TorchDecoder):
         if cache is not None:
             cache.commit(plan)
         return logits_BTV
-
-    @torch.inference_mode()
-    def generate(self, ids_BT: Any, max_new_tokens: int, cache_kind: str = "preallocated") -> torch.Tensor:
-        """prompts [B,T] -> new token ids [B,N], greedy: one prefill, then one batched decode step
-        a token, every step through the step functions (no fused or graphed path)."""
-        ids_BT = token_ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
-        n_batch, n_prompt = ids_BT.shape
-        n_new = check_max_new_tokens(max_new_tokens, n_prompt, self.config.max_seq_len, "max_seq_len")
-        if cache_kind not in CACHE_KINDS:
-            raise ValueError(f"cache_kind: expected one of {sorted(CACHE_KINDS)}, got {cache_kind!r}")
-        out_NB = torch.empty(n_new, n_batch, dtype=torch.long, device=self.device)
-        if n_new == 0:
-            return out_NB.T
-        cache = self.new_cache(n_batch, n_prompt + n_new - 1, cache_kind)  # the last token is not fed back
-        logits_B1V = self._run(ids_BT, cache, cache.plan(n_prompt), last_only=True)
-        torch.argmax(logits_B1V[:, 0], dim=-1, out=out_NB[0])
-        for i in range(1, n_new):
-            logits_B1V = self._run(out_NB[i - 1][:, None], cache, cache.plan(1))
-            torch.argmax(logits_B1V[:, 0], dim=-1, out=out_NB[i])
-        return out_NB.T.contiguous()

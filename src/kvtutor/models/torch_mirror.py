@@ -16,7 +16,6 @@ would hide keys the queries may see). Rows at different lengths get one mask per
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..caches.torch_kv import Plan, TorchKVCache, causal_mask, host_empty, ragged_causal_mask
-from ..validate import check_temperature, torch_compute_dtype, torch_device
+from ..validate import torch_compute_dtype, torch_device
 from .config import ModelConfig
 
 __all__ = [
@@ -37,10 +36,6 @@ __all__ = [
     "attention_scores",
     "causal_mask",
     "ragged_causal_mask",
-    "apply_mask",
-    "softmax",
-    "attention_weights",
-    "attend",
     "sdpa",
     "merge_heads",
     "gelu",
@@ -49,7 +44,6 @@ __all__ = [
     "attention",
     "block",
     "lm_head",
-    "sample",
     "TorchLayerWeights",
     "resolve_device_dtype",
     "check_finite_weights",
@@ -118,28 +112,6 @@ def attention_scores(q_BHTK: torch.Tensor, k_BHSK: torch.Tensor) -> torch.Tensor
     return q_BHTK @ k_BHSK.mT
 
 
-def apply_mask(scores_BHTS: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[B,H,T,S], [T,S] or [B,1,T,S] bool -> [B,H,T,S]: -inf wherever the mask forbids looking."""
-    return scores_BHTS.masked_fill(~mask, float("-inf"))
-
-
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """[..., S] -> [..., S]: rows that sum to 1."""
-    return torch.softmax(x, dim=dim)
-
-
-def attention_weights(scores_BHTS: torch.Tensor, d_head: int, mask: torch.Tensor | None) -> torch.Tensor:
-    """[B,H,T,S], K, mask or None -> [B,H,T,S]: mask, divide by sqrt(K), softmax over keys."""
-    if mask is not None:
-        scores_BHTS = apply_mask(scores_BHTS, mask)
-    return softmax(scores_BHTS / math.sqrt(d_head))
-
-
-def attend(a_BHTS: torch.Tensor, v_BHSK: torch.Tensor) -> torch.Tensor:
-    """[B,H,T,S], [B,H,S,K] -> [B,H,T,K]: each output row is a weighted mix of value rows."""
-    return a_BHTS @ v_BHSK
-
-
 def sdpa(
     q_BHTK: torch.Tensor,
     k_BHSK: torch.Tensor,
@@ -150,7 +122,8 @@ def sdpa(
 ) -> torch.Tensor:
     """[B,H,T,K], [B,Hkv,S,K], [B,Hkv,S,K] -> [B,H,T,K]: scores, mask, softmax and attend in one fused kernel.
 
-    Equals ``attend(attention_weights(attention_scores(q, repeat_kv(k)), K, mask), repeat_kv(v))``.
+    Equals NumPy's ``attend(attention_weights(attention_scores(q, repeat_kv(k)), K, mask), repeat_kv(v))``
+    (``numpy_model``'s step functions; ``tests/test_torch_model.py`` checks it).
     """
     if group_size == 1:
         return F.scaled_dot_product_attention(q_BHTK, k_BHSK, v_BHSK, attn_mask=mask, is_causal=is_causal)
@@ -254,17 +227,6 @@ def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
     # a large output (prefill logits): fresh memory would fault in 4 KiB at a time; use 2 MiB pages
     out_BTV = host_empty(n_bytes // wte_VD.element_size(), wte_VD.dtype).view(n_batch, n_new, -1)
     return torch.matmul(x_BTD, wte_VD.mT, out=out_BTV)
-
-
-def sample(
-    logits_BV: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """[B,V] -> [B] token ids: argmax at temperature 0, else a draw from softmax(logits / temperature)."""
-    temperature = check_temperature(temperature)
-    if temperature == 0:
-        return logits_BV.argmax(dim=-1)
-    p_BV = torch.softmax(logits_BV.float() / temperature, dim=-1)
-    return torch.multinomial(p_BV, 1, generator=generator)[:, 0]
 
 
 # ---------------------------------------------------------------- weights

@@ -228,6 +228,46 @@ class TorchDecoder:
         return logits_BV
 
     @torch.inference_mode()
+    @torch.inference_mode()
+    def generate(
+        self, ids_BT: Any, max_new_tokens: int, cache_kind: str = "preallocated", graphs: bool | None = None
+    ) -> torch.Tensor:
+        """prompts [B,T] -> new token ids [B,N], greedy: one prefill, then one batched decode step a token.
+
+        The steps take the model's fast path on this device (``_decode_steps``). For ``TorchModel``,
+        ``graphs`` (default: on CUDA with the preallocated cache) runs them through ``compile_decode``:
+        CUDA graph replays on a GPU, the same fixed-shape step eagerly on a CPU; the cache and its
+        graphs are kept for the next call of the same batch size and capacity bucket, so only the first
+        call pays for the capture. ``graphs=False`` runs every step eagerly.
+        """
+        ids_BT = token_ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
+        n_batch, n_prompt = ids_BT.shape
+        n_new = check_max_new_tokens(max_new_tokens, n_prompt, self.config.max_seq_len, "max_seq_len")
+        if cache_kind not in _CACHE_CLASSES:
+            raise ValueError(f"cache_kind: expected one of {sorted(_CACHE_CLASSES)}, got {cache_kind!r}")
+        out_NB = torch.empty(n_new, n_batch, dtype=torch.long, device=self.device)
+        if n_new == 0:
+            return out_NB.T
+        n_positions = n_prompt + n_new - 1  # the last new token is never fed back
+        cache, step = self._decode_steps(n_batch, n_positions, cache_kind, graphs)
+        logits_B1V = self._run(ids_BT, cache, cache.plan(n_prompt), last_only=True)
+        torch.argmax(logits_B1V[:, 0], dim=-1, out=out_NB[0])
+        for i in range(1, n_new):
+            torch.argmax(step(out_NB[i - 1]), dim=-1, out=out_NB[i])
+        return out_NB.T.contiguous()
+
+    def _decode_steps(
+        self, n_batch: int, n_positions: int, cache_kind: str, graphs: bool | None
+    ) -> tuple[TorchKVCache, Callable[[torch.Tensor], torch.Tensor]]:
+        """``generate``'s cache and its step ids [B] -> logits [B,V]; here the step functions
+        themselves (a model with a faster path on its device overrides this)."""
+        if graphs:
+            raise ValueError(f"graphs: {type(self).__name__} has no graphed step, got graphs=True")
+        if graphs is not None and not isinstance(graphs, bool):
+            raise TypeError(f"graphs: expected a bool or None, got {type(graphs).__name__}")
+        cache = self.new_cache(n_batch, n_positions, cache_kind)
+        return cache, lambda ids_B: self._run(ids_B[:, None], cache, cache.plan(1))[:, 0]
+
     def logits_without_cache(self, ids_BT: Any) -> torch.Tensor:
         """[B,T] -> [B,T,V]: every position recomputed from scratch, no cache involved."""
         return self.forward(ids_BT, None)
@@ -454,45 +494,23 @@ class TorchModel(TorchDecoder):
             return decode_fast(self, ids_B1[:, 0], cache)
         return self._decode_planned(ids_B1, cache, active_B)
 
-    @torch.inference_mode()
-    def generate(
-        self, ids_BT: Any, max_new_tokens: int, cache_kind: str = "preallocated", graphs: bool | None = None
-    ) -> torch.Tensor:
-        """prompts [B,T] -> new token ids [B,N], greedy: one prefill, then one batched decode step a token.
-
-        ``graphs`` (default: on CUDA with the preallocated cache) runs the decode steps through
-        ``compile_decode``: CUDA graph replays on a GPU, the same fixed-shape step eagerly on a CPU.
-        The cache and its graphs are kept for the next call of the same batch size and capacity
-        bucket, so only the first call pays for the capture (as a compiled model pays once).
-        ``graphs=False`` runs every step eagerly (``torch_engine.decode_fast``).
-        """
-        ids_BT = token_ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
-        n_batch, n_prompt = ids_BT.shape
-        n_new = check_max_new_tokens(max_new_tokens, n_prompt, self.config.max_seq_len, "max_seq_len")
-        if cache_kind not in _CACHE_CLASSES:
-            raise ValueError(f"cache_kind: expected one of {sorted(_CACHE_CLASSES)}, got {cache_kind!r}")
+    def _decode_steps(
+        self, n_batch: int, n_positions: int, cache_kind: str, graphs: bool | None
+    ) -> tuple[TorchKVCache, Callable[[torch.Tensor], torch.Tensor]]:
+        """``generate``'s cache and its one step a token, the fast path of this device: the graphed
+        fixed-shape step (``graphs``, the default on CUDA with the preallocated cache), else the fused
+        eager step (``torch_engine.decode_fast``)."""
         if graphs is None:
             graphs = self.device.type == "cuda" and cache_kind == "preallocated"
         elif not isinstance(graphs, bool):
             raise TypeError(f"graphs: expected a bool or None, got {type(graphs).__name__}")
         elif graphs and cache_kind != "preallocated":
             raise ValueError("graphs: the fixed-shape step needs cache_kind='preallocated', got 'concat'")
-        out_NB = torch.empty(n_new, n_batch, dtype=torch.long, device=self.device)
-        if n_new == 0:
-            return out_NB.T
-        n_positions = n_prompt + n_new - 1  # the last new token is never fed back
         if graphs:
-            cache, step = self._graphed_decode(n_batch, n_positions)
-        else:
-            cache = self.new_cache(n_batch, n_positions, cache_kind)
-            step = None
-        logits_B1V = self._run(ids_BT, cache, cache.plan(n_prompt), last_only=True)
-        torch.argmax(logits_B1V[:, 0], dim=-1, out=out_NB[0])
-        for i in range(1, n_new):
-            ids_B = out_NB[i - 1]
-            logits_BV = decode_fast(self, ids_B, cache) if step is None else step(ids_B, False)
-            torch.argmax(logits_BV, dim=-1, out=out_NB[i])
-        return out_NB.T.contiguous()
+            cache, graphed = self._graphed_decode(n_batch, n_positions)
+            return cache, lambda ids_B: graphed(ids_B, False)
+        cache = self.new_cache(n_batch, n_positions, cache_kind)
+        return cache, lambda ids_B: decode_fast(self, ids_B, cache)
 
     def _graphed_decode(
         self, n_batch: int, n_positions: int
