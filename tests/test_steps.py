@@ -46,10 +46,10 @@ def test_layer_norm_normalises_each_row():
 
 
 def test_linear_is_x_times_w_plus_b_for_gemm_and_gemv():
-    w_EF, b_F = rng.standard_normal((8, 5)), rng.standard_normal(5)
+    w_EO, b_O = rng.standard_normal((8, 5)), rng.standard_normal(5)
     x_TE = rng.standard_normal((3, 8))
-    assert linear(x_TE, w_EF, b_F).shape == (3, 5)
-    np.testing.assert_allclose(linear(x_TE[2:], w_EF, b_F)[0], x_TE[2] @ w_EF + b_F)
+    assert linear(x_TE, w_EO, b_O).shape == (3, 5)
+    np.testing.assert_allclose(linear(x_TE[2:], w_EO, b_O)[0], x_TE[2] @ w_EO + b_O)
 
 
 def test_project_qkv_shapes(toy_model):

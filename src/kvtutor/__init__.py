@@ -13,7 +13,7 @@ D     model width (d_model)
 F     feed-forward width (d_ff)
 V     vocabulary size
 L     layers
-E     input width of a weight matrix ([E, F]: x_E in, y_F out)
+E, O  input and output width of a weight matrix ([E, O]: x_E in, y_O out)
 N     a count of new tokens, points or pool blocks (the module says which)
 P     token positions per block of the paged cache
 J     pairs of dimensions rotated together by RoPE (K / 2)

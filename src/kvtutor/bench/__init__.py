@@ -15,10 +15,11 @@ Sizes: ``tiny`` (tests), ``quick`` (CI, the default on a CPU) and ``full`` (the 
 default on CUDA); ``--quick``/``--size`` or ``KVTUTOR_BENCH_SIZE`` choose. Each section is also a
 function that the book's chapters call with small sizes.
 
-The package: ``sizes`` (the model shapes and the sizes of each section), ``common`` (what the
-experiments share), ``experiments`` and ``engine`` (the sections, one function each), ``goals``
-(the targets and ``evaluate_goals``), ``schema`` (the result JSON, written down and checked) and
-``cli`` (``run``, ``main``, writing the JSON and the plots). Every name the chapters use is here.
+The package: ``tables`` (the model shapes and the sizes of each section), ``common`` (what the
+experiments share), ``experiments`` and ``engine`` (the sections, one function each) and ``cli``
+(``run``, ``main``, writing the JSON and the plots). The goals and the result JSON's schema, which
+the readers of recorded runs need as well, are ``kvtutor.measure.goals`` and
+``kvtutor.measure.schema``. Every name the chapters use is here.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..extras import missing_extra
@@ -45,8 +46,6 @@ __all__ = ["BENCH_DTYPES", "RUN_SECTIONS", "run", "write_result", "summary", "ma
 
 #: the dtypes the benchmark times its models in
 BENCH_DTYPES = ("float32", "bfloat16", "float16")
-#: the sections of a run, in the order it measures them (``engine`` only on CUDA by default)
-RUN_SECTIONS = ("rooflines", "bandwidth", "generate", "prefill_goal", "concat", "recompute", "engine")
 
 
 def _progress(total: int, desc: str):
@@ -79,6 +78,119 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+@dataclass
+class _Run:
+    """What every section of one run reads: the sizes, the device, the ceilings measured first, and
+    the models (built on first use, at most one large one alive at a time)."""
+
+    sz: dict[str, Any]
+    device: str
+    dtype: str
+    ceil: dict[str, Any]
+    log: Callable[[str], None]
+    models: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def mrt(self) -> float:
+        return self.sz["min_run_time"]
+
+    @property
+    def reps(self) -> int:
+        return self.sz["repeats"]
+
+    def model(self, name: str, dt: Any = None) -> Any:
+        key = (name, dtype_info(self.dtype if dt is None else dt).name)
+        if key not in self.models:
+            for k in [k for k in self.models if k[0] != name]:  # keep at most one large model alive
+                del self.models[k]
+            self.empty_gpu_cache()
+            self.models[key] = make_model(name, self.device, key[1])
+        return self.models[key]
+
+    def release(self) -> None:
+        """Free the models this run holds (and, on a GPU, the allocator's cached blocks)."""
+        self.models.clear()
+        self.empty_gpu_cache()
+
+    def empty_gpu_cache(self) -> None:
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def _rooflines(r: _Run) -> dict[str, Any]:
+    m, sz = r.model(r.sz["roofline_model"]), r.sz
+    prefill = add_predictions(run_prefill_sweep(m, sz["prefill_lengths"], r.mrt, r.reps), r.ceil)
+    decode = run_decode_sweep(m, sz["decode_batches"], sz["decode_context"], r.mrt, r.reps, fast=r.on_gpu)
+    return {"prefill_sweep": prefill, "decode_sweep": add_predictions(decode, r.ceil)}
+
+
+def _bandwidth(r: _Run) -> dict[str, Any]:
+    gemv_n = None if r.on_gpu else timing.PROBE_SIZES["cpu"][r.sz["size"]]["gemv_n"]
+    m = r.model(r.sz["bandwidth_model"])
+    bw = run_decode_bandwidth(m, r.sz["bandwidth_context"], r.mrt, max(r.reps, 5), r.on_gpu, gemv_n)
+    bw["ratio_to_probe_gemv"] = bw["weight_bytes_per_s"] / r.ceil["gemv_bandwidth"]
+    bw.setdefault("ratio_to_gemv", bw["ratio_to_probe_gemv"])  # no GEMV timed beside it
+    bw["ratio_to_copy"] = bw["weight_bytes_per_s"] / r.ceil["copy_bandwidth"]
+    return {"decode_bandwidth": bw}
+
+
+def _prefill_goal(r: _Run) -> dict[str, Any]:
+    name, n_tokens = r.sz["prefill_goal"]
+    out = run_prefill_vs_matmul(r.model(name), n_tokens, r.mrt, r.reps)
+    out["ratio_to_square_matmul"] = out["prefill"]["flops_per_s"] / r.ceil["peak_flops"]
+    r.release()  # the next sections build their own models
+    return {"prefill_vs_matmul": out}
+
+
+def _generate(r: _Run) -> dict[str, Any]:
+    r.release()
+    gen: dict[str, Any] = {}
+    for key, label in (("generate_small", "small"), ("generate_gpt2", "gpt2-small")):
+        name, prompt, n_new = r.sz[key]
+        gen[label] = {**run_generate_vs_transformers(name, prompt, n_new, r.device, "float32", r.reps),
+                      "model": name}  # fmt: skip
+        r.empty_gpu_cache()
+    return {"generate_vs_transformers": gen}
+
+
+def _concat(r: _Run) -> dict[str, Any]:
+    m = r.model(r.sz["concat_model"])
+    return {"static_vs_concat": run_static_vs_concat(m, r.sz["concat_lengths"], 8, min(r.reps, 3))}
+
+
+def _recompute(r: _Run) -> dict[str, Any]:
+    m, ceil = r.model(r.sz["recompute_model"]), r.ceil
+    out = run_cache_vs_recompute(m, r.sz["recompute_lengths"], r.mrt, r.reps, r.on_gpu,
+                                 ceil["peak_flops"], ceil["bandwidth"])  # fmt: skip
+    return {"cache_vs_recompute": out}
+
+
+def _engine(r: _Run) -> dict[str, Any]:
+    out = _run_engine_section(r.sz, r.model, r.ceil["copy_bandwidth"], r.mrt, r.reps, r.log)
+    r.release()
+    return {"engine": out}
+
+
+#: the sections of a run, in the order it measures them (``engine`` only on CUDA by default): each
+#: reads the run's sizes, ceilings and models and returns its keys of the result
+SECTIONS: dict[str, Callable[[_Run], dict[str, Any]]] = {
+    "rooflines": _rooflines,
+    "bandwidth": _bandwidth,
+    "generate": _generate,
+    "prefill_goal": _prefill_goal,
+    "concat": _concat,
+    "recompute": _recompute,
+    "engine": _engine,
+}
+RUN_SECTIONS = tuple(SECTIONS)
+
+
 def run(
     device: str | None = None,
     size: str | None = None,
@@ -96,28 +208,24 @@ def run(
     sections: any of ``rooflines``, ``bandwidth``, ``generate``, ``prefill_goal``, ``concat``,
     ``recompute``, ``engine`` (default all; ``engine``, the GPU goals of the fast path, only on CUDA).
     """
-    import torch
-
     device = default_device() if device is None else str(device)
     on_gpu = device.startswith("cuda")
     sz = sizes(device, size, quick)
     dtype = ("bfloat16" if on_gpu else "float32") if dtype is None else dtype_info(dtype).name
     if dtype not in BENCH_DTYPES:
         raise ValueError(f"dtype: expected one of {list(BENCH_DTYPES)}, got {dtype!r}")
-    all_sections = RUN_SECTIONS
     if sections is None:
-        sections = all_sections if on_gpu else all_sections[:-1]
+        sections = RUN_SECTIONS if on_gpu else RUN_SECTIONS[:-1]
     sections = tuple(sections)
     for s in sections:
-        if s not in all_sections:
-            raise ValueError(f"sections: expected names from {list(all_sections)}, got {s!r}")
+        if s not in SECTIONS:
+            raise ValueError(f"sections: expected names from {list(RUN_SECTIONS)}, got {s!r}")
+    sections = tuple(s for s in RUN_SECTIONS if s in sections)  # always in the order above
     log = log or (lambda msg: None)
-    mrt, reps = sz["min_run_time"], sz["repeats"]
     t_start = time.perf_counter()
     result: dict[str, Any] = {"schema": SCHEMA_VERSION, "device": device, "size": sz["size"], "dtype": dtype,
                               "sizes": _finite(sz), "seconds": {}}  # fmt: skip
-    steps = 1 + len(sections)
-    with _progress(steps, "bench") as bar, contextlib.ExitStack() as stack:
+    with _progress(1 + len(sections), "bench") as bar, contextlib.ExitStack() as stack:
         counted = [0]
 
         def measured() -> None:
@@ -140,85 +248,14 @@ def run(
         t0 = time.perf_counter()
         dtypes = (dtype, "float32") if on_gpu and dtype != "float32" else (dtype,)
         probe = probe_machine(device, size=sz["size"], dtypes=dtypes)
-        result["probe"] = probe
-        result["hardware"] = probe["hardware"]
-        result["versions"] = probe["versions"]
-        result["date"] = probe["hardware"]["date"]
-        ceil = ceilings(probe, dtype)
-        result["ceilings"] = ceil
+        result.update(probe=probe, hardware=probe["hardware"], versions=probe["versions"],
+                      date=probe["hardware"]["date"], ceilings=ceilings(probe, dtype))  # fmt: skip
         tick("probe", t0)
-        models: dict[str, Any] = {}
-
-        def model(name: str, dt: Any = dtype):
-            key = (name, dtype_info(dt).name)
-            if key not in models:
-                for k in [k for k in models if k[0] != name]:  # keep at most one large model alive
-                    del models[k]
-                if on_gpu:
-                    torch.cuda.empty_cache()
-                models[key] = make_model(name, device, dt)
-            return models[key]
-
-        if "rooflines" in sections:
+        state = _Run(sz, device, dtype, result["ceilings"], log)
+        for name in sections:
             t0 = time.perf_counter()
-            m = model(sz["roofline_model"])
-            result["prefill_sweep"] = run_prefill_sweep(m, sz["prefill_lengths"], mrt, reps)
-            ds = run_decode_sweep(m, sz["decode_batches"], sz["decode_context"], mrt, reps, fast=on_gpu)
-            result["decode_sweep"] = add_predictions(ds, ceil)
-            add_predictions(result["prefill_sweep"], ceil)
-            tick("rooflines", t0)
-        if "bandwidth" in sections:
-            t0 = time.perf_counter()
-            m = model(sz["bandwidth_model"])
-            gemv_n = None if on_gpu else timing.PROBE_SIZES["cpu"][sz["size"]]["gemv_n"]
-            result["decode_bandwidth"] = run_decode_bandwidth(
-                m, sz["bandwidth_context"], mrt, max(reps, 5), on_gpu, gemv_n
-            )
-            del m
-            bw = result["decode_bandwidth"]
-            bw["ratio_to_probe_gemv"] = bw["weight_bytes_per_s"] / ceil["gemv_bandwidth"]
-            bw.setdefault("ratio_to_gemv", bw["ratio_to_probe_gemv"])  # no GEMV timed beside it
-            bw["ratio_to_copy"] = bw["weight_bytes_per_s"] / ceil["copy_bandwidth"]
-            tick("bandwidth", t0)
-        if "prefill_goal" in sections:
-            t0 = time.perf_counter()
-            name, t = sz["prefill_goal"]
-            result["prefill_vs_matmul"] = run_prefill_vs_matmul(model(name), t, mrt, reps)
-            result["prefill_vs_matmul"]["ratio_to_square_matmul"] = (
-                result["prefill_vs_matmul"]["prefill"]["flops_per_s"] / ceil["peak_flops"]
-            )
-            tick("prefill_goal", t0)
-        models.clear()
-        if "generate" in sections:
-            t0 = time.perf_counter()
-            gen: dict[str, Any] = {}
-            for key in ("generate_small", "generate_gpt2"):
-                name, prompt, n_new = sz[key]
-                label = "small" if key == "generate_small" else "gpt2-small"
-                gen[label] = run_generate_vs_transformers(name, prompt, n_new, device, "float32", reps)
-                gen[label]["model"] = name
-                if on_gpu:
-                    torch.cuda.empty_cache()
-            result["generate_vs_transformers"] = gen
-            tick("generate", t0)
-        if "concat" in sections:
-            t0 = time.perf_counter()
-            result["static_vs_concat"] = run_static_vs_concat(
-                model(sz["concat_model"]), sz["concat_lengths"], 8, min(reps, 3)
-            )
-            tick("concat", t0)
-        if "recompute" in sections:
-            t0 = time.perf_counter()
-            result["cache_vs_recompute"] = run_cache_vs_recompute(
-                model(sz["recompute_model"]), sz["recompute_lengths"], mrt, reps, on_gpu,
-                ceil["peak_flops"], ceil["bandwidth"],
-            )  # fmt: skip
-            tick("recompute", t0)
-        if "engine" in sections:
-            t0 = time.perf_counter()
-            result["engine"] = _run_engine_section(sz, model, ceil["copy_bandwidth"], mrt, reps, log)
-            models.clear()
-            tick("engine", t0)
+            result.update(SECTIONS[name](state))
+            tick(name, t0)
     result["goals"] = evaluate_goals(result)
     result["load_average_1m_end"] = load_average()
     result["seconds"]["total"] = round(time.perf_counter() - t_start, 3)

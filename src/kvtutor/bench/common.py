@@ -92,12 +92,9 @@ def device_of(model: Any) -> str:
 
 def rewind(cache: Any, length: int) -> None:
     """Set the cache back to ``length`` tokens (what a timing loop needs between repeats)."""
-    if hasattr(cache, "truncate"):
-        cache.truncate(length)
-    elif hasattr(cache, "reset") and length == 0:
-        cache.reset()
-    else:
+    if not hasattr(cache, "truncate"):
         raise TypeError(f"cache: expected a cache with truncate(length), got {type(cache).__name__}")
+    cache.truncate(length)
 
 
 def random_ids(model: Any, batch_size: int, n_tokens: int, seed: int = 0) -> Any:

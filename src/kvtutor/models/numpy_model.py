@@ -87,12 +87,12 @@ def layer_norm(
     return (x_TD - mean_T1) / np.sqrt(var_T1 + eps) * g_D + b_D
 
 
-def linear(x_TE: np.ndarray, w_EF: np.ndarray, b_F: np.ndarray) -> np.ndarray:
+def linear(x_TE: np.ndarray, w_EO: np.ndarray, b_O: np.ndarray) -> np.ndarray:
     """[T,E], [E,F], [F] -> [T,F]: with T > 1 a GEMM, with T = 1 a GEMV.
 
     The book shows this in "Prefill, step by step".
     """
-    return x_TE @ w_EF + b_F
+    return x_TE @ w_EO + b_O
 
 
 def project_qkv(

@@ -140,23 +140,23 @@ def check_batch(ids: torch.Tensor, cache: TorchKVCache, name: str) -> None:
 
 class DecodeWeights(NamedTuple):
     """One layer's weights as ``decode_fast`` reads them: each matrix both as its
-    contiguous [out, in] tensor ("FE", for mat-vec products) and as the [in, out] view ("EF", x @ W)."""
+    contiguous [out, in] tensor ("OE", for mat-vec products) and as the [in, out] view ("EO", x @ W)."""
 
     ln1_g: torch.Tensor
     ln1_b: torch.Tensor
-    qkv_FE: torch.Tensor
-    qkv_EF: torch.Tensor
+    qkv_OE: torch.Tensor
+    qkv_EO: torch.Tensor
     b_qkv: torch.Tensor
-    o_FE: torch.Tensor
-    o_EF: torch.Tensor
+    o_OE: torch.Tensor
+    o_EO: torch.Tensor
     b_o: torch.Tensor
     ln2_g: torch.Tensor
     ln2_b: torch.Tensor
-    fc_FE: torch.Tensor
-    fc_EF: torch.Tensor
+    fc_OE: torch.Tensor
+    fc_EO: torch.Tensor
     b_fc: torch.Tensor
-    proj_FE: torch.Tensor
-    proj_EF: torch.Tensor
+    proj_OE: torch.Tensor
+    proj_EO: torch.Tensor
     b_proj: torch.Tensor
 
     @classmethod
@@ -216,7 +216,7 @@ def decode_fast(model: DecodingModel, ids_B: torch.Tensor, cache: TorchKVCache) 
         x = x.view(-1)
     for i, w in enumerate(model.decode_weights):
         h = torch.layer_norm(x, width, w.ln1_g, w.ln1_b, eps)
-        qkv = torch.addmv(w.b_qkv, w.qkv_FE, h) if vector else torch.addmm(w.b_qkv, h, w.qkv_EF)
+        qkv = torch.addmv(w.b_qkv, w.qkv_OE, h) if vector else torch.addmm(w.b_qkv, h, w.qkv_EO)
         q_BHTK = qkv[..., :q_width].view(n_batch, n_heads, 1, d_head)
         if vector:
             kv_new_2BHK = qkv[q_width:].view(2, 1, n_kv, d_head)
@@ -225,10 +225,10 @@ def decode_fast(model: DecodingModel, ids_B: torch.Tensor, cache: TorchKVCache) 
         k_BHSK, v_BHSK = write(i, kv_new_2BHK)
         # (B, H*K) = merged heads; reshape, not view: cuDNN may return [B,H,1,K] in another order
         o = sdpa(q_BHTK, k_BHSK, v_BHSK, None, False, group).reshape(x.shape)
-        x = (torch.addmv(x, w.o_FE, o) if vector else torch.addmm(x, o, w.o_EF)).add_(w.b_o)
+        x = (torch.addmv(x, w.o_OE, o) if vector else torch.addmm(x, o, w.o_EO)).add_(w.b_o)
         h = torch.layer_norm(x, width, w.ln2_g, w.ln2_b, eps)
-        f = gelu(torch.addmv(w.b_fc, w.fc_FE, h) if vector else torch.addmm(w.b_fc, h, w.fc_EF), inplace=True)
-        x = (torch.addmv(x, w.proj_FE, f) if vector else torch.addmm(x, f, w.proj_EF)).add_(w.b_proj)
+        f = gelu(torch.addmv(w.b_fc, w.fc_OE, h) if vector else torch.addmm(w.b_fc, h, w.fc_EO), inplace=True)
+        x = (torch.addmv(x, w.proj_OE, f) if vector else torch.addmm(x, f, w.proj_EO)).add_(w.b_proj)
     x = torch.layer_norm(x, width, model.lnf_g, model.lnf_b, eps)
     if vector:
         logits = torch.mv(model.wte_VD, x)

@@ -236,8 +236,8 @@ class TorchLlamaModel(TorchDecoder):
         def vec(a: np.ndarray) -> torch.Tensor:  # always a copy: nothing shared with the NumPy model
             return torch.tensor(np.ascontiguousarray(a), dtype=self.dtype, device=self.device)
 
-        def mat(*parts_EF: np.ndarray) -> torch.Tensor:  # [E, F] blocks side by side -> an [E, sum F] view
-            return vec(np.concatenate([np.asarray(p).T for p in parts_EF], axis=0)).mT
+        def mat(*parts_EO: np.ndarray) -> torch.Tensor:  # [E, O] blocks side by side -> an [E, sum O] view
+            return vec(np.concatenate([np.asarray(p).T for p in parts_EO], axis=0)).mT
 
         cfg = config
         q_width, kv_width = cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head

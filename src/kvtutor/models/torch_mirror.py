@@ -71,16 +71,16 @@ def layer_norm(x_BTD: torch.Tensor, g_D: torch.Tensor, b_D: torch.Tensor, eps: f
     return torch.layer_norm(x_BTD, g_D.shape, g_D, b_D, eps)
 
 
-def linear(x_BTE: torch.Tensor, w_EF: torch.Tensor, b_F: torch.Tensor) -> torch.Tensor:
+def linear(x_BTE: torch.Tensor, w_EO: torch.Tensor, b_O: torch.Tensor) -> torch.Tensor:
     """[B,T,E], [E,F], [F] -> [B,T,F]: x @ W + b; a GEMM when B*T > 1, a GEMV when B*T = 1.
 
-    ``w_EF`` is a transposed view of a contiguous [F,E] tensor, so ``w_EF.mT`` is that tensor and
+    ``w_EO`` is a transposed view of a contiguous [F,E] tensor, so ``w_EO.mT`` is that tensor and
     ``F.linear`` multiplies without copying. One row on the CPU goes to ``addmv``, BLAS's own
     matrix-vector product, which streams the matrix faster than a GEMM of one row.
     """
     if x_BTE.numel() == x_BTE.shape[-1] and not x_BTE.is_cuda:
-        return torch.addmv(b_F, w_EF.mT, x_BTE.reshape(-1)).view(x_BTE.shape[0], x_BTE.shape[1], -1)
-    return F.linear(x_BTE, w_EF.mT, b_F)
+        return torch.addmv(b_O, w_EO.mT, x_BTE.reshape(-1)).view(x_BTE.shape[0], x_BTE.shape[1], -1)
+    return F.linear(x_BTE, w_EO.mT, b_O)
 
 
 def project_qkv(

@@ -307,9 +307,9 @@ class TorchModel(TorchDecoder):
                 return torch.empty(src.shape, dtype=self.dtype, device=self.device).copy_(src)
             return arena.take(src)
 
-        def mat(w_EF: Any) -> torch.Tensor:  # an [E, F] tensor or view, stored as row_major says
-            w_EF = w_EF if isinstance(w_EF, torch.Tensor) else torch.from_numpy(np.asarray(w_EF))
-            return vec(w_EF) if self.row_major(*w_EF.shape) else vec(w_EF.mT).mT
+        def mat(w_EO: Any) -> torch.Tensor:  # an [E, O] tensor or view, stored as row_major says
+            w_EO = w_EO if isinstance(w_EO, torch.Tensor) else torch.from_numpy(np.asarray(w_EO))
+            return vec(w_EO) if self.row_major(*w_EO.shape) else vec(w_EO.mT).mT
 
         def cat(parts: list[Any], axis: int) -> Any:
             if isinstance(parts[0], torch.Tensor):
