@@ -833,3 +833,34 @@ def test_repr_fits_the_text_width_and_names_config_device_and_dtype():
     lines = repr(kvtutor.TorchModel.random(cfg, device="cpu")).splitlines()
     assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.text.TEXT_WIDTH
     assert " ".join(line.strip() for line in lines) == f"TorchModel({cfg!r}, device=cpu, dtype=torch.float32)"
+
+
+def test_advance_by_a_count_is_checked_and_leaves_a_full_cache_unchanged():
+    """The fused step's ``advance(n)`` refuses to move a row past the capacity, naming n_new."""
+    model = kvtutor.TorchModel.random(CONFIGS["mha"], device="cpu")
+    cache = model.new_cache(2, 4)
+    model.prefill([[1, 2, 3], [4, 5, 6]], cache)
+    cache.advance(1)
+    assert cache.host_lengths == [4, 4] and cache.lengths.tolist() == [4, 4]
+    with pytest.raises(
+        ValueError, match=r"^n_new: 1 new tokens after 4 cached ones exceed the cache capacity 4"
+    ):
+        cache.advance(1)
+    with pytest.raises(ValueError, match=r"^n_new: 1 new tokens after 4"):
+        cache.advance_host(1)
+    assert cache.host_lengths == [4, 4] and cache.lengths.tolist() == [4, 4]
+
+
+def test_a_fixed_plan_writes_where_the_ragged_plan_would():
+    """``fixed_plan`` (the CUDA-graph step's) and ``plan`` agree on the slots a decode step writes."""
+    model = kvtutor.TorchModel.random(CONFIGS["mha"], device="cpu")
+    cache = model.new_cache(2, 8)
+    model.prefill_row([1, 2, 3], cache, 0)
+    model.prefill_row([4, 5], cache, 1)
+    fixed, ragged = cache.fixed_plan(8), cache.plan(1)
+    assert torch.equal(fixed.write_idx, ragged.write_idx)
+    assert torch.equal(fixed.mask[..., :4], ragged.mask)
+    saved = cache.save_slots(fixed)
+    cache.k_flat[0].index_fill_(0, fixed.write_idx, 7.0)
+    cache.restore_slots(fixed, saved)
+    assert torch.equal(cache.k_flat[0][fixed.write_idx], saved[0][0])

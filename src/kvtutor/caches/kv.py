@@ -5,11 +5,8 @@ and one for values, written in place at the current position, with an explicit l
 ``ConcatKVCache`` is the pseudo-code version: each step concatenates the new row onto the old
 arrays, so every step copies the whole history.
 
-Both follow the same two-phase protocol. ``update(layer, k_new_HTK, v_new_HTK)`` stores T new rows
-for one layer at positions ``len(cache) .. len(cache) + T - 1`` and returns every key and value
-that the new queries may attend to, [H, S, K] with S = len(cache) + T. Once every layer has been
-updated, ``advance(T)`` moves the length forward. Until then ``len(cache)`` and ``keys(layer)``
-still describe the committed state, so a forward pass that fails half way changes nothing visible.
+Both speak the caches' one protocol (``kvtutor.caches``): ``update(layer, k_new_HTK, v_new_HTK)``
+per layer, returning the [H, S, K] keys and values to attend to, then ``advance(T)``.
 
 A cache may also say which of the keys it returns each new query may see, by a method
 ``mask(n_new) -> [T, S] bool array or None`` (optional: the protocol below does not require it).
@@ -271,8 +268,8 @@ def make_cache(
 def check_cache(cache: Any, n_layers: int, n_kv_heads: int, d_head: int, max_seq_len: int) -> None:
     """A TypeError unless ``cache`` is a NumPy KV cache; a ValueError unless it has this model's
     layers, KV heads and head width and fits in ``max_seq_len`` positions."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache: expected a KV cache from new_cache(), got {type(cache).__name__}")
+    if not isinstance(cache, KVCache) or hasattr(cache, "plan"):  # a torch cache plans its passes
+        raise TypeError(f"cache: expected a NumPy KV cache from new_cache(), got {type(cache).__name__}")
     got = (cache.n_layers, cache.n_kv_heads, cache.d_head)
     want = (n_layers, n_kv_heads, d_head)
     if got != want:

@@ -13,22 +13,9 @@ The lengths live twice: ``lengths``, a LongTensor [B] on the model's device that
 Python checks read without waiting for the device. Both change only through the cache's own
 methods, in place.
 
-The protocol between the model (``kvtutor.models.torch_model``, ``kvtutor.models.torch_engine``) and a cache:
-
-- ``plan(n_new, row=None, active=None, name="ids") -> Plan``: where the T new tokens of each row
-  go and which keys each query may see (checks the room first; changes nothing);
-- ``store(layer, k_new_BHTK, v_new_BHTK, plan)``, once per layer: write the new keys and values,
-  return all keys and values to attend to;
-- ``commit(plan)``: advance the lengths of the rows the pass wrote. Until the commit the lengths
-  describe the old state, so a pass that fails half way changes nothing a reader can see;
-- for a decode step with every row at one position: ``decode_writer(start)`` (one write per layer
-  of the new key and value) and ``advance(n_new)`` (every row);
-- checks that name the argument: ``check_row(row)``, ``check_room(n_new, rows, name)``.
-
-A fixed-shape decode step (``torch_engine.decode_fixed``, for CUDA graphs) builds its own ``Plan``
-from what a ``TorchPreallocatedKVCache`` exposes for it: ``lengths`` (device), ``positions_M``
-(0 .. M-1 on the device), ``base_BH`` (the flat index of each row and head's position 0) and
-``k_flat`` / ``v_flat`` (per layer, [B*Hkv*M, K] views of the buffers).
+They speak the caches' one protocol (``kvtutor.caches``): ``update`` once per layer, then
+``advance``; being batched, they first make a ``plan`` of where each row's new tokens go, and
+``update`` and ``advance`` take it.
 """
 
 from __future__ import annotations
@@ -96,8 +83,8 @@ def ragged_causal_mask(start_B: torch.Tensor, n_queries: int, n_keys: int) -> to
 
 
 class Plan:
-    """Where one forward pass puts its T new tokens (built by a cache's ``plan``, read by every
-    layer's ``store`` and by the attention that follows, then passed to ``commit``)."""
+    """Where one forward pass puts its T new tokens (built by a cache's ``plan`` or ``fixed_plan``,
+    read by every layer's ``update`` and by the attention that follows, then passed to ``advance``)."""
 
     __slots__ = (
         "n_new", "start", "pos_B", "rows", "n_keys", "mask", "is_causal", "write_idx", "write_rows",
@@ -237,15 +224,24 @@ class TorchKVCache:
         that ``active`` (bool [B], None = all) marks. Raises, naming ``name``, if a row lacks room."""
         raise NotImplementedError
 
-    def store(
+    def update(
         self, layer: int, k_new_BHTK: torch.Tensor, v_new_BHTK: torch.Tensor, plan: Plan
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """[B,Hkv,T,K] x2 -> [B,Hkv,S,K] x2: write one layer's new keys and values where ``plan``
         says, return the keys and values the new queries attend to."""
         raise NotImplementedError
 
-    def commit(self, plan: Plan) -> None:
-        """Advance the lengths of the rows the pass wrote (the device copy and the host copy)."""
+    def advance(self, plan: Plan | int) -> None:
+        """Move the lengths on once every layer is updated: the rows ``plan`` wrote (the device copy
+        and the host copy), or, given a count, every row by that many tokens (after a decode step
+        through ``decode_writer``), checked to fit."""
+        if not isinstance(plan, Plan):
+            n_new = check_int("n_new", plan, 0)
+            if int(self._host.max()) + n_new > self._capacity:  # the hot path checks only this
+                self.check_room(n_new, np.arange(self._batch_size), "n_new")
+            self.lengths.add_(n_new)
+            self._host += n_new
+            return
         n = plan.n_new
         if plan.rows != slice(None):
             self.lengths[plan.rows].add_(n)
@@ -257,12 +253,17 @@ class TorchKVCache:
             self.lengths.add_(n)
             self._host += n
 
-    def advance(self, n_new: int, device: bool = True) -> None:
-        """Every row grows by ``n_new`` (after a decode step through ``decode_writer``).
-        ``device=False`` advances only the host copy, for a CUDA graph that advanced ``lengths``."""
-        if device:
-            self.lengths.add_(n_new)
+    def advance_host(self, n_new: int) -> None:
+        """Every row's host length grows by ``n_new``: after a CUDA graph replay whose recorded
+        ``advance_device`` moved the device copy."""
+        if int(self._host.max()) + n_new > self._capacity:
+            self.check_room(n_new, np.arange(self._batch_size), "n_new")
         self._host += n_new
+
+    def advance_device(self, n_new: int) -> None:
+        """Every row's device length grows by ``n_new``, nothing checked or synchronised: the one
+        step a CUDA graph records (``torch_engine.capture_graph``), pairing ``advance_host``."""
+        self.lengths.add_(n_new)
 
     @property
     def host_lengths_array(self) -> np.ndarray:
@@ -291,9 +292,9 @@ class TorchPreallocatedKVCache(TorchKVCache):
     step stores a layer's new key and value with one copy. On the CPU the buffer sits on 2 MiB pages
     where the OS allows. It starts zeroed (``nbytes`` counts the whole capacity from the start).
 
-    For a fixed-shape decode step (``torch_engine.decode_fixed``): ``k_flat`` and ``v_flat`` (per
-    layer, [B*Hkv*M, K] views of the buffers), ``base_BH`` ([B, Hkv], the flat index of each row
-    and head's position 0) and ``positions_M`` (0 .. M-1, on the device).
+    For a fixed-shape decode step (``torch_engine.decode_fixed``): ``fixed_plan`` (its writes go
+    through ``k_flat`` and ``v_flat``, per layer [B*Hkv*M, K] views of the buffers, at ``base_BH``,
+    [B, Hkv], the flat index of each row and head's position 0), ``save_slots``/``restore_slots``.
     """
 
     kind = "preallocated"
@@ -372,6 +373,29 @@ class TorchPreallocatedKVCache(TorchKVCache):
         plan.write_idx = idx_BHT.reshape(-1)
         return plan
 
+    def fixed_plan(self, n_keys: int) -> Plan:
+        """One decode step of every row over the first ``n_keys`` slots, every shape fixed and the
+        positions read on the device from the lengths (nothing the host must know, so that a CUDA
+        graph can replay it). Each row writes at its own length and sees its own keys."""
+        plan = Plan(1)
+        plan.pos_B = self.lengths.clamp(max=n_keys - 1)
+        plan.n_keys = n_keys
+        # (B, 1, 1, S): row b sees the keys up to its own position
+        plan.mask = (self.positions_M[:n_keys][None, :] <= plan.pos_B[:, None])[:, None, None, :]
+        plan.write_idx = (self.base_BH + plan.pos_B[:, None]).reshape(-1)
+        return plan
+
+    def save_slots(self, plan: Plan) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of the keys and values in the slots ``plan`` would write, every layer."""
+        idx = plan.write_idx
+        return [(k[idx].clone(), v[idx].clone()) for k, v in zip(self.k_flat, self.v_flat, strict=True)]
+
+    def restore_slots(self, plan: Plan, saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Put back what ``save_slots(plan)`` copied (after warm-up runs wrote those slots)."""
+        for (k_saved, v_saved), k, v in zip(saved, self.k_flat, self.v_flat, strict=True):
+            k.index_copy_(0, plan.write_idx, k_saved)
+            v.index_copy_(0, plan.write_idx, v_saved)
+
     def _uniform_mask(self, plan: Plan, start: int) -> None:
         n_new = plan.n_new
         plan.n_keys = start + n_new
@@ -381,7 +405,7 @@ class TorchPreallocatedKVCache(TorchKVCache):
             else:
                 plan.mask = causal_mask(n_new, start + n_new, self.device)
 
-    def store(
+    def update(
         self,
         layer: int,
         k_new_BHTK: torch.Tensor,
@@ -463,7 +487,7 @@ class TorchConcatKVCache(TorchKVCache):
 
         return write
 
-    def store(
+    def update(
         self,
         layer: int,
         k_new_BHTK: torch.Tensor,

@@ -9,7 +9,7 @@ s mod W, where it overwrites position s - W), so its memory stays W positions pe
 long the sequence grows. ``len(cache)`` still counts every position, because the model takes a new
 token's position from it; ``keys(layer)`` returns the positions kept, oldest first.
 
-**Attention sinks** (StreamingLLM, Xiao et al. 2023). With ``n_sink`` > 0 the cache keeps the first
+**Attention sinks** (StreamingLLM, Xiao et al. 2024). With ``n_sink`` > 0 the cache keeps the first
 ``n_sink`` positions for good, and the last W - n_sink in the ring: the query at p sees positions
 0 .. n_sink - 1 and p - (W - n_sink) + 1 .. p, again W keys in W slots. Trained models send much
 of their attention to the first tokens whatever those say; a window that evicts them changes every

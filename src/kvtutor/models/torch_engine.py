@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..caches.torch_kv import Plan, TorchKVCache, TorchPreallocatedKVCache, host_empty
+from ..caches.torch_kv import TorchKVCache, TorchPreallocatedKVCache, host_empty
 from .torch_mirror import TorchLayerWeights, block, embed, gelu, layer_norm, sdpa
 
 
@@ -254,13 +254,7 @@ def decode_fixed(
 
     The book shows this in "Decode on a GPU".
     """
-    plan = Plan(1)
-    plan.pos_B = cache.lengths.clamp(max=n_keys - 1)
-    plan.n_keys = n_keys
-    keys_S = cache.positions_M[:n_keys]
-    # (B, 1, 1, S): row b sees the keys up to its own position
-    plan.mask = (keys_S[None, :] <= plan.pos_B[:, None])[:, None, None, :]
-    plan.write_idx = (cache.base_BH + plan.pos_B[:, None]).reshape(-1)
+    plan = cache.fixed_plan(n_keys)
     x_BTD = embed(ids_B[:, None], model.wte_VD, model.wpe_MD, plan.pos_B)
     for i, layer in enumerate(model.layers):
         x_BTD = block(x_BTD, layer, model.config, cache, i, plan)
@@ -346,8 +340,10 @@ def compile_decode(
         fn = for_bucket(bucket_for(int(lengths.max()) + 1, cache.capacity))
         with torch.inference_mode():
             logits_BV = fn(ids_B)
-            # a captured graph advances the device lengths itself
-            cache.advance(1, device=not on_cuda)
+            if on_cuda:  # the replayed graph advanced the device lengths
+                cache.advance_host(1)
+            else:
+                cache.advance(1)
         return logits_BV
 
     step.buckets = steps  # the buckets built so far (for inspection, tests)
@@ -374,27 +370,19 @@ def capture_graph(
     with torch.inference_mode(), torch.cuda.device(model.device):
         # warm-up runs (and compilation) write K/V at each row's next
         # slot: save those slots, restore
-        pos_B = cache.lengths.clamp(max=n_keys - 1)
-        idx = (cache.base_BH + pos_B[:, None]).reshape(-1)
-        saved = [
-            (k[idx].clone(), v[idx].clone())
-            for k, v in zip(cache.k_flat, cache.v_flat, strict=True)
-        ]  # fmt: skip
+        plan = cache.fixed_plan(n_keys)
+        saved = cache.save_slots(plan)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(3):
                 fixed(static_ids)
         torch.cuda.current_stream().wait_stream(stream)
-        for (k_saved, v_saved), k, v in zip(
-            saved, cache.k_flat, cache.v_flat, strict=True
-        ):  # fmt: skip
-            k.index_copy_(0, idx, k_saved)
-            v.index_copy_(0, idx, v_saved)
+        cache.restore_slots(plan, saved)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_logits = fixed(static_ids)
-            cache.lengths.add_(1)  # recorded, not run: runs at each replay
+            cache.advance_device(1)  # recorded, not run: runs at each replay
         torch.cuda.synchronize()
 
     def replay(ids_B: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 ``TorchLlamaModel`` is to ``LlamaModel`` what ``TorchModel`` is to ``NumpyModel``: the same steps,
 a batch dimension in front, on the torch caches of ``kvtutor.caches.torch_kv`` (preallocated or
-concat, a length per row) through their public protocol (``plan``, ``store``, ``commit``). Where a
+concat, a length per row) through their public protocol (``plan``, ``update``, ``advance``). Where a
 step is the same as GPT-2's it is ``kvtutor.models.torch_mirror``'s (``linear``, ``project_qkv``,
 ``split_heads``, ``sdpa``, ``merge_heads``, ``lm_head``); this module holds only what differs:
 no position embedding, RMSNorm, RoPE, SwiGLU, and the block that joins them.
@@ -358,5 +358,5 @@ class TorchLlamaModel(TorchDecoder):
             x_BTD = x_BTD[:, -1:]
         logits_BTV = lm_head(rms_norm(x_BTD, self.norm_D, cfg.rms_norm_eps), self.head_VD)
         if cache is not None:
-            cache.commit(plan)
+            cache.advance(plan)
         return logits_BTV

@@ -192,7 +192,7 @@ def attention_core(
     if cache is None:
         k_BHSK, v_BHSK, mask, is_causal = k_new_BHTK, v_new_BHTK, None, q_BHTK.shape[2] > 1
     else:
-        k_BHSK, v_BHSK = cache.store(layer_index, k_new_BHTK, v_new_BHTK, plan)
+        k_BHSK, v_BHSK = cache.update(layer_index, k_new_BHTK, v_new_BHTK, plan)
         mask, is_causal = plan.mask, plan.is_causal
     return sdpa(q_BHTK, k_BHSK, v_BHSK, mask, is_causal, group_size)
 

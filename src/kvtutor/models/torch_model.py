@@ -55,7 +55,7 @@ class TorchDecoder:
     cache (``new_cache``, ``check_cache``), the checked passes (``forward``, ``prefill``,
     ``forward_row``, ``prefill_row``, ``logits_without_cache``) and the weight counts. A model
     supplies ``config``, ``device``, ``dtype``, ``_named_weights`` and ``_run``: embedding, blocks,
-    head and the cache commit of one unchecked pass."""
+    head and the cache advance of one unchecked pass."""
 
     config: Any
     device: torch.device
@@ -481,7 +481,7 @@ class TorchModel(TorchDecoder):
             x_BTD = x_BTD[:, -1:]
         logits_BTV = self.lm_head(layer_norm(x_BTD, self.lnf_g, self.lnf_b, cfg.layer_norm_eps))
         if cache is not None:
-            cache.commit(plan)
+            cache.advance(plan)
         return logits_BTV
 
     @torch.inference_mode()
