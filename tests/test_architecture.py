@@ -292,7 +292,10 @@ def kvtutor_imports(path: Path, package: Path = PACKAGE) -> set[str]:
         for alias in node.names:  # `from . import costs` imports a module
             sub = f"{module}.{alias.name}" if module else alias.name
             is_module = (package / sub.replace(".", "/")).with_suffix(".py").exists()
-            found.add(sub if is_module or (package / sub.replace(".", "/")).is_dir() else module)
+            # a name from the package itself (`from kvtutor import TOY_CONFIG`) is its __init__'s
+            found.add(
+                sub if is_module or (package / sub.replace(".", "/")).is_dir() else module or "__init__"
+            )
     return {m for m in found if m}
 
 
@@ -354,8 +357,12 @@ def test_the_layer_checks_catch_a_higher_import_and_a_circle(tmp_path):
         "from .gpt import G\nfrom kvtutor.validate import x\n", encoding="utf-8"
     )
     assert kvtutor_imports(pkg / "models" / "gpt.py", pkg) == {"caches.kv", "models.head"}
+    (pkg / "caches" / "ring.py").write_text("from kvtutor import TOP\n", encoding="utf-8")
     assert kvtutor_imports(pkg / "models" / "head.py", pkg) == {"models.gpt", "validate"}
-    assert layer_violations(pkg) == ["caches.kv -> models.gpt (caches imports models)"]
+    assert layer_violations(pkg) == [
+        "caches.kv -> models.gpt (caches imports models)",
+        "caches.ring -> __init__ (caches imports entry points)",
+    ]
     cycles = {tuple(c) for c in import_cycles(pkg)}
     assert ("models.gpt", "models.head", "models.gpt") in cycles or (
         "models.head",
