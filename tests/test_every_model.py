@@ -126,3 +126,78 @@ def test_first_layers_shares_the_weights_and_cuts_the_blocks(name):
     with pytest.raises(ValueError, match="n_layers"):
         model.first_layers(4)
     assert model.config.n_layers == 3  # a rejected cut leaves the model as it was
+
+
+# ---------------------------------------------------------------- the caches beyond the two layouts
+
+from kvtutor.caches.paged import PagedKVPool  # noqa: E402
+from kvtutor.caches.prefix import PrefixCachingPool  # noqa: E402
+from kvtutor.caches.quant import QuantizedKVCache  # noqa: E402
+from kvtutor.caches.window import SlidingWindowKVCache  # noqa: E402
+from kvtutor.serving.backends import prefill_in_chunks  # noqa: E402
+
+NUMPY_MODELS = ["gpt2-numpy", "llama-numpy"]
+TORCH_MODELS = ["gpt2-torch", "llama-torch"]
+
+
+def _as_numpy(x):
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+@pytest.mark.parametrize("name", MODELS)
+@settings(max_examples=10, deadline=None)
+@given(prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12), chunk=st.integers(1, 5))
+def test_chunked_prefill_gives_the_logits_of_one_prefill(name, prompt, chunk):
+    model = ALL[name]
+    cache = model.new_cache(1, 16)
+    logits = _as_numpy(prefill_in_chunks(model, prompt, cache, chunk))
+    whole = _as_numpy(model.logits_without_cache(prompt if name.endswith("numpy") else [prompt]))
+    np.testing.assert_allclose(logits[-1], whole.reshape(-1, VOCAB)[-1], rtol=1e-9, atol=1e-9)
+    assert len(cache) == len(prompt) if name.endswith("numpy") else cache.host_lengths == [len(prompt)]
+
+
+@pytest.mark.parametrize("name", NUMPY_MODELS)
+@settings(max_examples=10, deadline=None)
+@given(prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=8), n_new=st.integers(1, 8))
+def test_a_window_that_holds_everything_and_a_prefix_cache_give_the_tokens_alone(name, prompt, n_new):
+    """A window as long as the sequence evicts nothing; a prefix-cached sequence, filled by one
+    request and reused by a second, computes only what it misses: both give the model's tokens."""
+    model = ALL[name]
+    window = SlidingWindowKVCache.for_model(model, window=len(prompt) + n_new, capacity=MAX_LEN)
+    assert model.generate(prompt, n_new, cache=window) == alone(name, prompt, n_new)
+    pool = PrefixCachingPool.for_model(model, n_blocks=16, block_size=2)
+    for _ in range(2):  # the second request finds the first one's blocks
+        seq = pool.new_sequence(token_ids=prompt)
+        tokens = [int(np.argmax(seq.prefill(model, prompt)[-1]))]
+        while len(tokens) < n_new:
+            tokens.append(int(np.argmax(model.decode_step(tokens[-1], seq))))
+        assert tokens == alone(name, prompt, n_new)
+        seq.free()
+
+
+@pytest.mark.parametrize("name", NUMPY_MODELS)
+def test_an_int8_cache_stays_within_its_rounding_of_the_full_cache(name):
+    """int8 keys and values (per-channel keys, per-token values) move every logit by less than a
+    bound set by the quantisation step, for both NumPy models."""
+    model, prompt = ALL[name], [3, 1, 4, 1, 5, 9, 2, 6]
+    full, int8 = model.new_cache(), QuantizedKVCache.for_model(model)
+    for cache in (full, int8):
+        model.prefill(prompt, cache)
+    a, b = model.decode_step(5, full), model.decode_step(5, int8)
+    spread = float(np.abs(a).max())
+    assert 0 < float(np.abs(a - b).max()) < 0.05 * spread
+
+
+@pytest.mark.parametrize("name", TORCH_MODELS)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m: SlidingWindowKVCache.for_model(m, window=4),
+        lambda m: QuantizedKVCache.for_model(m),
+        lambda m: PagedKVPool.for_model(m, n_blocks=4, block_size=2),
+    ],
+    ids=["window", "int8", "paged"],
+)
+def test_the_numpy_only_caches_refuse_a_torch_model_by_name(name, make):
+    with pytest.raises(TypeError, match=r"^model: expected a NumpyModel or LlamaModel, got Torch"):
+        make(ALL[name])
