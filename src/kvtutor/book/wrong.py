@@ -1,4 +1,4 @@
-"""Deliberately wrong variants of the model (chapters 5 to 7), each one change to it.
+"""Deliberately wrong variants of the model, each one change to it (the book's Pitfalls page).
 
 Every variant runs the real ``NumpyModel.forward`` with its attention core replaced through the
 ``core`` hook (``kvtutor.models.numpy_model.attention``): projections, cache writes, FFN and LM head are
@@ -69,15 +69,12 @@ def attention_sdpa(
     it is WRONG; passing ``mask_TS=causal_mask(T, S)`` (True = may attend) is
     right. Needs torch.
 
-    The book shows this in "The questions everyone asks".
+    The book shows this in "Pitfalls: getting the cache wrong".
     """
     import torch
     import torch.nn.functional as F
 
-    if is_causal and mask_TS is not None:
-        raise ValueError(
-            "is_causal: expected False when mask_TS is given, got True"
-        )  # fmt: skip
+    _check_one_mask(is_causal, mask_TS)
     group_size = q_HTK.shape[0] // k_HSK.shape[0]
     q = torch.from_numpy(np.ascontiguousarray(q_HTK))
     k = torch.from_numpy(np.ascontiguousarray(repeat_kv(k_HSK, group_size)))
@@ -86,10 +83,13 @@ def attention_sdpa(
     if mask_TS is not None:
         mask = torch.from_numpy(np.asarray(mask_TS, dtype=bool))
     with torch.no_grad():
-        o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal
-        )  # fmt: skip
+        o = F.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal)
     return o.numpy()
+
+
+def _check_one_mask(is_causal: bool, mask_TS: Any) -> None:
+    if is_causal and mask_TS is not None:
+        raise ValueError("is_causal: expected False when mask_TS is given, got True")
 
 
 def forward_top_left_mask(model: NumpyModel, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
@@ -119,26 +119,24 @@ def decode_step_whole_buffer(
     so the output is wrong unless the buffer happens to be full (and from
     layer 1 on, the rows written inherit the error).
 
-    The book shows this in "The questions everyone asks".
+    The book shows this in "Pitfalls: getting the cache wrong".
     """
-    _check_cache(model, cache, PreallocatedKVCache)
-    token_id = check_token_id(token_id, model.config.vocab_size, "token_id")
-    if len(cache) == 0:
-        raise ValueError(
-            "cache: expected a prefilled cache for decode_step_whole_buffer, "
-            "got an empty one"
-        )  # fmt: skip
+    token_id = _check_whole_buffer_step(model, token_id, cache)
 
-    def core(
-        i: int,
-        q_H1K: np.ndarray,
-        k_HSK: np.ndarray,
-        v_HSK: np.ndarray,
-    ) -> np.ndarray:
+    def core(i: int, q_H1K: np.ndarray, k_HSK: np.ndarray, v_HSK: np.ndarray):
         # [H, M, K]: every row of the buffer, filled or not
         return masked_attention(q_H1K, cache.k_LHMK[i], cache.v_LHMK[i], None)
 
     return model.forward([token_id], cache, core=core)[0]
+
+
+def _check_whole_buffer_step(model: NumpyModel, token_id: Any, cache: Any) -> int:
+    """The checks of ``decode_step_whole_buffer``: a prefilled preallocated cache, a valid id."""
+    _check_cache(model, cache, PreallocatedKVCache)
+    token_id = check_token_id(token_id, model.config.vocab_size, "token_id")
+    if len(cache) == 0:
+        raise ValueError("cache: expected a prefilled cache for decode_step_whole_buffer, got an empty one")
+    return token_id
 
 
 # ---------------------------------------------------------------- the cache nobody needs: queries
@@ -167,21 +165,11 @@ def forward_reading_cached_queries(
     The S - T older rows are recomputed and thrown away: no result depends on
     them, which ``QCache.scramble`` makes visible (the logits do not change).
 
-    The book shows this in "The questions everyone asks".
+    The book shows this in "Pitfalls: getting the cache wrong".
     """
-    _check_cache(model, cache)
-    if len(q_cache) != len(cache):
-        raise ValueError(
-            f"q_cache: expected {len(cache)} stored rows, "
-            f"as many as the KV cache, got {len(q_cache)}"
-        )  # fmt: skip
+    _check_query_cache(model, cache, q_cache)
 
-    def core(
-        i: int,
-        q_HTK: np.ndarray,
-        k_HSK: np.ndarray,
-        v_HSK: np.ndarray,
-    ) -> np.ndarray:
+    def core(i: int, q_HTK: np.ndarray, k_HSK: np.ndarray, v_HSK: np.ndarray):
         q_cache.append(i, q_HTK)
         q_all_HSK = q_cache.queries(i)
         n_keys = k_HSK.shape[1]
@@ -191,3 +179,12 @@ def forward_reading_cached_queries(
         return o_HSK[:, n_keys - q_HTK.shape[1] :]
 
     return model.forward(ids_T, cache, core=core)
+
+
+def _check_query_cache(model: NumpyModel, cache: Any, q_cache: QCache) -> None:
+    """The checks of ``forward_reading_cached_queries``: one stored query row per cached token."""
+    _check_cache(model, cache)
+    if len(q_cache) != len(cache):
+        raise ValueError(
+            f"q_cache: expected {len(cache)} stored rows, as many as the KV cache, got {len(q_cache)}"
+        )
