@@ -170,8 +170,6 @@ def post_attention(
 ) -> np.ndarray:
     """[T,D], [H,T,K] -> [T,D]: merge heads, W_O, residual; then LayerNorm,
     FFN, residual.
-
-    The book shows this in "The whole loop".
     """
     x_TD = x_TD + linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
     h_TD = layer_norm(x_TD, layer.ln2_g, layer.ln2_b, config.layer_norm_eps)
@@ -191,8 +189,6 @@ def worked_example_generate(
     One prefill over the prompt that keeps each layer's (K, V), then
     ``max_new`` decode steps that concatenate one row onto them. Same tokens
     as ``NumpyModel.generate``.
-
-    The book shows this in "The whole loop".
     """
     cfg, w = model.config, model.weights
     prompt_ids = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")

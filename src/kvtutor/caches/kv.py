@@ -156,8 +156,7 @@ class PreallocatedKVCache(CacheBase):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write at len .. len+T-1, in
         place.
 
-        The book shows this in "Decode, step by step" and "Same answer,
-        less work".
+        The book shows this in "Decode, step by step".
         """
         n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
         self._pending[layer] = n_new
@@ -207,8 +206,7 @@ class ConcatKVCache(CacheBase):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: a new array = old ++ new
         (a full copy).
 
-        The book shows this in "Decode, step by step" and "Same answer,
-        less work".
+        The book shows this in "Decode, step by step".
         """
         self._pending[layer] = self._check_new(layer, k_new_HTK, v_new_HTK)
         k = self._k[layer][:, : self._length]
@@ -268,8 +266,10 @@ def make_cache(
 def check_cache(cache: Any, n_layers: int, n_kv_heads: int, d_head: int, max_seq_len: int) -> None:
     """A TypeError unless ``cache`` is a NumPy KV cache; a ValueError unless it has this model's
     layers, KV heads and head width and fits in ``max_seq_len`` positions."""
-    if not isinstance(cache, KVCache) or hasattr(cache, "plan"):  # a torch cache plans its passes
-        raise TypeError(f"cache: expected a NumPy KV cache from new_cache(), got {type(cache).__name__}")
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache: expected a KV cache from new_cache(), got {type(cache).__name__}")
+    if hasattr(cache, "plan"):  # a torch cache plans its passes
+        raise TypeError(f"cache: expected a NumPy model's KV cache, got a torch one, {type(cache).__name__}")
     got = (cache.n_layers, cache.n_kv_heads, cache.d_head)
     want = (n_layers, n_kv_heads, d_head)
     if got != want:

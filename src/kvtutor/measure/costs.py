@@ -167,7 +167,7 @@ def layer_cost(
     or written to one (n_past must then be 0).
 
     The book shows this in "Rooflines: measuring compute-bound and
-    memory-bound" and "Prefill and decode side by side".
+    memory-bound".
     """
     cfg = _check_config(config)
     t = check_int("n_new", n_new, 1)
@@ -249,8 +249,7 @@ def generation_costs(
     sequence of prompt_len + i - 1 tokens, O(context) matrix products and
     O(context^2) attention, with logits only for the last position.
 
-    The book shows this in "Cache versus recompute, measured" and "Same
-    answer, less work".
+    The book shows this in "Same answer, less work".
     """
     cfg = _check_config(config)
     p = check_int("prompt_len", prompt_len, 1)

@@ -257,6 +257,24 @@ def attention_core(
 AttentionCore = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
+def store_kv(
+    cache: KVCache | None, layer_index: int, k_new_HTK: np.ndarray, v_new_HTK: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """[Hkv,T,K] x2 -> [Hkv,S,K] x2: the keys and values the new queries attend to: the new rows
+    alone without a cache (S = T), else the cache's after it stored them (S = len(cache) + T),
+    in one memory layout for every cache kind (the same summation path)."""
+    if cache is None:
+        return k_new_HTK, v_new_HTK
+    k_HSK, v_HSK = cache.update(layer_index, k_new_HTK, v_new_HTK)
+    return np.ascontiguousarray(k_HSK), np.ascontiguousarray(v_HSK)
+
+
+def record(trace: dict[str, np.ndarray] | None, **arrays: np.ndarray) -> None:
+    """Copies of ``arrays`` into ``trace``, if one is kept (the book prints them)."""
+    if trace is not None:
+        trace.update({name: np.array(a) for name, a in arrays.items()})
+
+
 def attention(
     x_TD: np.ndarray,
     layer: LayerWeights,
@@ -266,12 +284,9 @@ def attention(
     trace: dict[str, np.ndarray] | None = None,
     core: AttentionCore | None = None,
 ) -> np.ndarray:
-    """[T,D] -> [T,D]: multi-head causal self-attention of T new tokens.
-
-    With a cache, the new K/V rows are stored at positions
-    len(cache) .. len(cache)+T-1 and the queries attend to all
-    S = len(cache) + T keys. Without one, S = T (full recompute).
-    ``core``, if given, replaces ``attention_core`` for this layer.
+    """[T,D] -> [T,D]: multi-head causal self-attention of T new tokens,
+    their K/V rows stored in the cache (if any) after the cached ones.
+    ``core``, if given, replaces ``attention_core``.
 
     The book shows this in "Prefill, step by step".
     """
@@ -279,22 +294,14 @@ def attention(
     q_HTK = split_heads(q_TD, config.n_heads)
     k_new_HTK = split_heads(k_TD, config.n_kv_heads)
     v_new_HTK = split_heads(v_TD, config.n_kv_heads)
-    if cache is None:
-        k_HSK, v_HSK = k_new_HTK, v_new_HTK
-    else:
-        k_HSK, v_HSK = cache.update(layer_index, k_new_HTK, v_new_HTK)
-        # one memory layout for every cache kind: the same summation path
-        k_HSK = np.ascontiguousarray(k_HSK)
-        v_HSK = np.ascontiguousarray(v_HSK)
-    if trace is not None:
-        trace.update(q_HTK=q_HTK, k_HSK=k_HSK.copy(), v_HSK=v_HSK.copy())
+    k_HSK, v_HSK = store_kv(cache, layer_index, k_new_HTK, v_new_HTK)
+    record(trace, q_HTK=q_HTK, k_HSK=k_HSK, v_HSK=v_HSK)
     if core is None:
         o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, cache)
     else:  # a variant of the core (the book's wrong ones)
         o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
     out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
-    if trace is not None:
-        trace.update(o_HTK=o_HTK, attn_out_TD=out_TD)
+    record(trace, o_HTK=o_HTK, attn_out_TD=out_TD)
     return out_TD
 
 
@@ -414,8 +421,6 @@ class NumpyDecoder:
 
         Greedy unless ``temperature > 0``. Stops early after emitting
         ``stop_token``.
-
-        The book shows this in "Meet the toy model" and "The whole loop".
         """
         cfg = self.config
         prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")

@@ -359,8 +359,7 @@ def capture_graph(
     """Record ``fixed`` (one decode step over ``n_keys`` slots) plus the
     length update in a CUDA graph; return its replay.
 
-    The book shows this in "Cache versus recompute, measured" and "Decode
-    on a GPU".
+    The book shows this in "Decode on a GPU".
     """
     static_ids = torch.zeros(
         cache.batch_size,
