@@ -437,11 +437,20 @@ def test_formula_equals_bytes_measured_on_the_int8_cache(key_mode, n_tokens):
     cache = QuantizedKVCache.for_model(model, key_mode=key_mode, group_size=8)
     model.prefill(list(range(n_tokens)), cache)
     quant = KVQuant("int8", key_mode, 8, scale_dtype="fp32", float_dtype="fp32")  # a float32 model's cache
+    assert memory.kv_quant_of(cache) == quant
     stored = stored_bytes_per_sequence(ModelSpec.from_model_config(cfg), n_tokens, quant)
     assert stored.total == cache.nbytes
     assert stored_bytes_per_sequence(ModelSpec.from_model_config(cfg), n_tokens, "fp32").total == (
         cache.float_nbytes
     )
+
+
+def test_kv_quant_of_refuses_a_float_cache():
+    model = kvtutor.NumpyModel.random(
+        kvtutor.ModelConfig(vocab_size=8, d_model=8, n_heads=2, n_layers=1, max_seq_len=4)
+    )
+    with pytest.raises(TypeError, match="cache: expected a QuantizedKVCache, got PreallocatedKVCache"):
+        memory.kv_quant_of(model.new_cache())
 
 
 def test_float_formats_agree_with_the_plain_formula():

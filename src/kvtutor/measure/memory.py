@@ -16,6 +16,7 @@ only the last min(S, W). A batch of B sequences keeps B times that. The command 
 Shrinking it: ``stored_bytes_per_*`` count a quantized cache's numbers and scales (``KVQuant``
 states the scales assumed), a ``window`` with ``sinks`` imposes a sliding window on any model, and
 ``kv_shrink_rows`` sets every bundled model side by side: bf16, int8, fp8 and windowed.
+``kv_quant_of`` states the int8 cache of ``kvtutor.caches.quant`` in these terms (one count).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..caches.quant import DEFAULT_GROUP_SIZE
+from ..caches.quant import DEFAULT_GROUP_SIZE, QuantizedKVCache
 from ..models.hf_config import ModelSpec, bundled_models, load_model_spec
 from ..models.model_spec import KEY_SCALES, KVQuant
 from ..validate import DTYPES, MAX_COUNT, check_at_most, check_int, dtype_info
@@ -38,8 +39,8 @@ __all__ = [
     "DTYPE_BITS", "GIB", "dtype_bytes", "kv_bytes_per_token", "kv_bytes_per_token_decompressed",
     "kv_bytes_per_sequence", "kv_bytes_total", "weights_bytes", "max_batch", "mla_decode_costs",
     "KV_DTYPES", "KEY_SCALES", "KVQuant", "KVBytes", "stored_bytes_per_token",
-    "stored_bytes_per_sequence", "fixed_scale_bytes", "ShrinkRow", "kv_shrink_rows", "KVMemory",
-    "kv_memory", "format_bytes", "format_report", "main",
+    "stored_bytes_per_sequence", "fixed_scale_bytes", "kv_quant_of", "ShrinkRow", "kv_shrink_rows",
+    "KVMemory", "kv_memory", "format_bytes", "format_report", "main",
 ]  # fmt: skip
 
 #: bits per stored number, by every name the calculator accepts (``validate.DTYPES``' names and aliases)
@@ -57,11 +58,9 @@ def _check_dtype(dtype: str, name: str = "dtype") -> int:
 
 
 def _check_spec(spec: Any) -> ModelSpec:
-    if not isinstance(spec, ModelSpec):
-        raise TypeError(
-            f"spec: expected a ModelSpec (see kvtutor.models.hf_config), got {type(spec).__name__}"
-        )
-    return spec
+    if isinstance(spec, ModelSpec):
+        return spec
+    raise TypeError(f"spec: expected a ModelSpec (see kvtutor.models.hf_config), got {type(spec).__name__}")
 
 
 def _nbytes(count: int, bits: int) -> int:
@@ -231,6 +230,15 @@ def fixed_scale_bytes(spec: ModelSpec, quant: str | KVQuant = "bf16") -> int:
     and one for V, one for an MLA row), 0 for the other formats."""
     q = _quant_for(spec, quant)
     return (1 if spec.kv_lora_rank else 2) * spec.n_layers * 4 if q.kind == "fp8" else 0
+
+
+def kv_quant_of(cache: QuantizedKVCache) -> KVQuant:
+    """An int8 ``QuantizedKVCache``'s layout as a ``KVQuant``, so that ``stored_bytes_per_sequence(spec,
+    len(cache), kv_quant_of(cache)).total == cache.nbytes``: one count of int8 bytes, scales included."""
+    if not isinstance(cache, QuantizedKVCache):
+        raise TypeError(f"cache: expected a QuantizedKVCache, got {type(cache).__name__}")
+    scale, residual = (DTYPES[d.name].aliases[0] for d in (cache.scale_dtype, cache.dtype))  # 'fp32'
+    return KVQuant("int8", cache.key_mode, cache.group_size, scale, residual)
 
 
 @dataclass(frozen=True)
@@ -529,9 +537,7 @@ def _parser() -> argparse.ArgumentParser:
         "--list shows the bundled names.",
     )
     p.add_argument("config", nargs="?", help="config.json path or bundled model name, e.g. llama-3-8b")
-    p.add_argument(
-        "--seq-len", type=int, default=None, help="tokens per sequence (default: the model's context)"
-    )
+    p.add_argument("--seq-len", type=int, help="tokens per sequence (default: the model's context)")
     p.add_argument("--batch", type=int, default=1, help="sequences held at once (default 1)")
     kv, keys = ", ".join(KV_DTYPES), "one fp16 scale per KV head and token, as values"
     p.add_argument("--dtype", default="bf16", help=f"cache and weights: {kv} (default bf16)")
@@ -542,9 +548,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=int, default=DEFAULT_GROUP_SIZE, help="tokens per key-scale group")
     p.add_argument("--window", type=int, help="what-if: every layer keeps only W tokens, the last ones")
     p.add_argument("--sinks", type=int, default=0, help="with --window: S of the W are the first tokens")
-    p.add_argument(
-        "--memory-gib", type=float, default=None, help="memory budget in GiB: report the largest batch"
-    )
+    p.add_argument("--memory-gib", type=float, help="memory budget in GiB: report the largest batch")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--list", action="store_true", help="list the bundled model names and exit")
     return p

@@ -1,8 +1,8 @@
 """Figures for the chapters on KV-cache memory, grouped-query attention and the paged cache.
 
 Every function draws on a matplotlib Axes (made if not given) and returns it; the notebooks call
-them and end the cell with ``plt.show()``. ``kv_calculator_widget`` builds the interactive
-calculator for readers who run the notebook.
+them and end the cell with ``plt.show()``. The interactive KV calculator is a page widget
+(``kvtutor.book.widgets.kv_calculator``).
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ import numpy as np
 
 from ..measure.memory import (
     GIB,
-    format_report,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     kv_bytes_per_token_decompressed,
-    kv_memory,
     max_batch,
     stored_bytes_per_sequence,
     weights_bytes,
 )
-from ..models.hf_config import bundled_models, load_model_spec
+from ..models.hf_config import load_model_spec
 from .style import BLUE, COLORS, DASHES, GREEN, ORANGE, PURPLE, pyplot
 
 if TYPE_CHECKING:
@@ -35,7 +33,6 @@ __all__ = [
     "plot_memory_vs_context",
     "plot_max_batch",
     "plot_kv_per_token",
-    "kv_calculator_widget",
     "plot_kv_shrink",
     "plot_window_cap",
     "draw_head_sharing",
@@ -185,32 +182,6 @@ def plot_kv_per_token(names: Sequence[str], dtype: str = "bf16", ax: Any = None)
     return ax
 
 
-def kv_calculator_widget(model: str = "llama-3-8b", seq_len: int = 8192, batch: int = 8) -> Any:
-    """An ipywidgets calculator: pick a bundled model, context, batch, dtype and a memory budget."""
-    import ipywidgets as w
-
-    lengths = [2**k for k in range(9, 18)]
-    model_w = w.Dropdown(options=bundled_models(), value=model, description="model")
-    dtype_w = w.Dropdown(
-        options=["bf16", "fp16", "fp8", "int8", "int4", "fp32"], value="bf16", description="KV dtype"
-    )
-    seq_w = w.SelectionSlider(options=lengths, value=seq_len, description="context")
-    batch_w = w.BoundedIntText(value=batch, min=1, max=4096, description="batch")
-    memory_w = w.BoundedFloatText(value=80.0, min=1.0, max=10_000.0, description="GiB")
-    out = w.Output()
-
-    def refresh(_: Any = None) -> None:
-        report = kv_memory(
-            load_model_spec(model_w.value), seq_w.value, batch_w.value, dtype_w.value, memory_w.value
-        )
-        out.outputs = ({"output_type": "stream", "name": "stdout", "text": format_report(report) + "\n"},)
-
-    for control in (model_w, dtype_w, seq_w, batch_w, memory_w):
-        control.observe(refresh, names="value")
-    refresh()
-    return w.VBox([w.HBox([model_w, dtype_w]), w.HBox([seq_w, batch_w, memory_w]), out])
-
-
 #: the four ways ``plot_kv_shrink`` draws, as (field prefix, label, colour)
 _SHRINK_KINDS = (
     ("bf16", "bf16, full", BLUE),
@@ -244,7 +215,7 @@ def plot_kv_shrink(rows: Sequence[ShrinkRow], ax: Any = None) -> Any:
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     ax.set_xlabel(f"KV cache of one sequence of {_context_label(rows[0].seq_len)} tokens (GiB, log scale)")
-    ax.set_title("Shrinking the cache: quantization halves it, a window caps it", fontsize=9)
+    ax.set_title("Shrinking the cache: fp8 halves it, int8 nearly, a window caps it", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.set_ylim(-0.6, len(rows) - 0.4)
     return ax
