@@ -123,7 +123,7 @@ def plot_roofline(
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte, cost model)")
     ax.set_ylabel("FLOP/s")
-    ax.set_title(title or "Prefill and decode on this machine's roofline")
+    ax.set_title(title or "Prefill and decode on the roofline")
     ax.legend(fontsize=8, loc="upper left")  # above the roof, where no point can be
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
@@ -141,7 +141,7 @@ def plot_prefill_times(prefill: dict[str, Any], title: str = "") -> Figure:
         ax.plot(t, [p["predicted_time_s"] * 1e3 for p in pts], color=PROMPT_COLOR, label="roofline",
                 **PREDICTED_STYLE)  # fmt: skip
     _timing_axes(ax, "prompt length T", "prefill time (ms)")
-    ax.set_title(title or "Prefill time grows with T")
+    ax.set_title(title or "Prefill time against prompt length T")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
