@@ -41,10 +41,8 @@ __all__ = [
 
 class BlockAllocator:
     """The bookkeeping of a block pool: a free list and a reference count per
-    block (no data).
-
-    The book shows this in "A paged KV cache".
-    """
+    block (no data). The free list is kept highest block first, so that
+    ``allocate`` hands out block 0 first."""
 
     def __init__(self, n_blocks: int) -> None:
         self.n_blocks = check_int("n_blocks", n_blocks, 1)
@@ -61,7 +59,10 @@ class BlockAllocator:
         return self.n_blocks - len(self.free_list)
 
     def allocate(self) -> int:
-        """Take a block off the free list (reference count 1)."""
+        """Take a block off the free list (reference count 1).
+
+        The book shows this in "A paged KV cache".
+        """
         if not self.free_list:
             raise ValueError(
                 "allocate: expected a free block, "
@@ -73,13 +74,19 @@ class BlockAllocator:
 
     def retain(self, block: int) -> None:
         """One more owner of an allocated block (a forked sequence shares
-        it)."""
+        it).
+
+        The book shows this in "A paged KV cache".
+        """
         self._check_allocated(block)
         self.refcount[block] += 1
 
     def release(self, block: int) -> None:
         """One owner less; the block goes back on the free list when nobody
-        holds it."""
+        holds it.
+
+        The book shows this in "A paged KV cache".
+        """
         self._check_allocated(block)
         self.refcount[block] -= 1
         if self.refcount[block] == 0:
@@ -298,13 +305,7 @@ class PagedKVCache(CacheBase):
             if alloc.refcount[self.block_table[j]] > 1
         ]
         missing = max(0, need - len(self.block_table))
-        n_wanted = missing + len(shared)
-        if n_wanted > alloc.n_free:
-            raise ValueError(
-                f"cache: out of blocks: {n_new} new tokens need {n_wanted} free "
-                f"blocks, the pool has {alloc.n_free} of {alloc.n_blocks} (free "
-                "finished sequences, or make a bigger pool)"
-            )
+        self._check_free(n_new, missing + len(shared))
         # copy-on-write: this sequence gets its own copy of each shared block
         for j in shared:
             old, new = self.block_table[j], alloc.allocate()
@@ -312,6 +313,15 @@ class PagedKVCache(CacheBase):
             alloc.release(old)
             self.block_table[j] = new
         self.block_table += [alloc.allocate() for _ in range(missing)]
+
+    def _check_free(self, n_new: int, n_wanted: int) -> None:
+        """A ValueError unless the pool has n_wanted free blocks for n_new tokens."""
+        alloc = self.pool.allocator
+        if n_wanted > alloc.n_free:
+            raise ValueError(
+                f"cache: out of blocks: {n_new} new tokens need {n_wanted} free blocks, the pool has "
+                f"{alloc.n_free} of {alloc.n_blocks} (free finished sequences, or make a bigger pool)"
+            )
 
     def update(self, layer, k_new_HTK, v_new_HTK):
         """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write into the blocks at

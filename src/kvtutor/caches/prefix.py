@@ -233,15 +233,7 @@ class PrefixCachingPool(PagedKVPool):
 
         The book shows this in "A paged KV cache".
         """
-        if capacity is None:
-            capacity = self.max_seq_len
-        capacity = check_int("capacity", capacity, 1, self.max_seq_len)
-        ids = _token_list(token_ids)
-        if len(ids) > capacity:
-            raise ValueError(
-                f"token_ids: expected at most capacity={capacity} "
-                f"tokens, got {len(ids)}"
-            )  # fmt: skip
+        capacity, ids = self._check_prompt(capacity, token_ids)
         hashes = block_hashes(ids[:-1], self.block_size)
         hits = self.allocator.match(hashes)
         self.allocator.take(hits)
@@ -255,6 +247,17 @@ class PrefixCachingPool(PagedKVPool):
         self.hit_tokens += seq.n_cached_tokens
         self.sequences.append(seq)
         return seq
+
+    def _check_prompt(self, capacity: Any, token_ids: Any) -> tuple[int, list[int]]:
+        """new_sequence's capacity (None: max_seq_len) and token ids as a list, or a
+        TypeError/ValueError naming the one that is wrong."""
+        if capacity is None:
+            capacity = self.max_seq_len
+        capacity = check_int("capacity", capacity, 1, self.max_seq_len)
+        ids = _token_list(token_ids)
+        if len(ids) > capacity:
+            raise ValueError(f"token_ids: expected at most capacity={capacity} tokens, got {len(ids)}")
+        return capacity, ids
 
     def fork(self, seq: PagedKVCache) -> PagedKVCache:
         """A new sequence sharing every block of ``seq``, its token ids and block names too."""

@@ -6,25 +6,25 @@
 - **Disaggregated**: P GPUs only prefill, D = N - P GPUs only decode. A prefilled request's KV cache
   (``costs.kv_cache_bytes`` of its prompt) crosses a link to a decode GPU (see ``simulate``).
 
-Time comes from a model, not a measurement: a step lasts ``costs.roofline_time`` of its
-``costs.Cost`` (max of FLOPs / peak and bytes / bandwidth) on a datasheet machine. Kernels, launch
-overheads, the KV cache's memory limit, tensor parallelism and the network's latency are left out.
+Time comes from a model: a step lasts ``costs.roofline_time`` of its ``costs.Cost`` on a datasheet
+machine (no kernels, launch overheads, memory limit, tensor parallelism or network latency). Why a
+loop of its own: its clock is modelled seconds in an event queue (``_Events``) interleaving one
+scheduler per GPU and the links, whereas ``serving.loop.run_serving`` runs one engine's real
+forward passes and ``serving.paged_trace.simulate_trace`` counts steps of one memory of blocks.
 
 Definitions (times in seconds; latencies count from the request's arrival):
 
 - A request's tokens appear at the end of the step that produced them. The first comes from its
   prefill; token k + 1 from a decode step attending to prompt_len + k keys.
 - TTFT: until the first token reaches the client. Colocated: the end of the (last chunk of the)
-  prefill, which starts only when the request has a batch slot. Disaggregated: when the request
-  joins a decode batch (the first token travels with the cache and the decode GPU streams it, as
-  serving systems do): TTFT includes the wait for the prefill GPU's link (one cache at a time), the
-  transfer, and the wait for a decode slot at the decode GPU's next step.
+  prefill, which starts once the request has a batch slot. Disaggregated: when the request joins a
+  decode batch (the first token travels with the cache, as in serving systems), so TTFT includes the
+  waits for the prefill GPU's link (one cache at a time) and for a decode slot, and the transfer.
 - TPOT: (e2e - TTFT) / (output_len - 1), the mean gap between tokens after the first (NaN for one
   token); ``max_gap_s`` is the longest gap, where a stall shows.
-- ``prefill_s``: what the request's prefill work alone takes on an idle GPU as it was run (whole, or
-  in the chunks it was actually split into), so TTFT >= prefill_s + transfer_s always holds. The
-  cost model counts a whole prefill's T x T scores, masked half included, and a chunk's n x (past +
-  n), so a chunked prefill alone can be a few percent faster than a whole one in this model.
+- ``prefill_s``: the request's prefill work alone on an idle GPU, whole or in its chunks, so TTFT >=
+  prefill_s + transfer_s. A whole prefill counts T x T scores (masked half included), a chunk
+  n x (past + n), so a chunked prefill alone can be a few percent faster in this model.
 
 Scheduling: first come, first served; a new request goes to the GPU with the fewest requests
 assigned and not finished (ties: the lowest index); a non-chunked GPU prefills one prompt at a time

@@ -7,6 +7,16 @@ up front (``"contiguous"``) or taking blocks from a ``kvtutor.caches.paged.Block
 grow (``"paged"``), optionally with prefix caching (``kvtutor.caches.prefix``), and records the
 memory reserved and used at every step and the prompt tokens each prefill computed. With a model
 the replay is real: ``PagedKVCache`` sequences (or preallocated caches) and greedy decoding.
+
+Why a loop of its own: ``simulate_trace`` (its loop is ``_Replay.run``) asks what *memory* allows.
+A request is admitted when its blocks fit, a sequence that needs a block when none is free
+preempts the newest request, and a step is one token for everyone, so the clock counts steps.
+``kvtutor.serving.loop.run_serving`` asks what a fixed number of batch *slots* allows: each slot is
+sized for the longest request up front, and it runs real prefills and batched decodes through an
+engine and records their wall time.
+``kvtutor.serving.disagg.simulate`` asks what *time* a deployment of several GPUs takes: an event
+queue in modelled seconds, one scheduler per GPU, no memory and no tokens. Admission, preemption and
+the clock differ in all three, so one shared loop would be a loop of switches; each keeps its own.
 """
 
 from __future__ import annotations
@@ -210,6 +220,211 @@ def simulate_trace(
     ``PreallocatedKVCache`` for ``"contiguous"``) and greedy decoding, and reserved and used
     positions are read off the caches and the pool.
     """
+    _check_replay(trace, scheme, capacity_tokens, max_seq_len, block_size, model, prefix_caching)
+    replay = _Replay(trace, scheme, capacity_tokens, max_seq_len, block_size, model, seed, prefix_caching)
+    return replay.run(max_steps)
+
+
+class _Replay:
+    """The state of one replay (the memory, the queues, the result); ``run`` is its scheduler loop
+    and the other methods are the loop's steps. The memory is a count of reserved positions
+    (contiguous), a block allocator (paged, bookkeeping only) or a pool of real caches (a model)."""
+
+    def __init__(
+        self,
+        trace: list[Request],
+        scheme: str,
+        capacity_tokens: int,
+        max_seq_len: int,
+        block_size: int,
+        model: Any,
+        seed: int,
+        prefix_caching: bool,
+    ) -> None:
+        self.trace, self.scheme, self.model = trace, scheme, model
+        self.max_seq_len, self.block_size, self.prefix_caching = max_seq_len, block_size, prefix_caching
+        self.capacity_tokens = capacity_tokens
+        n_blocks = capacity_tokens // block_size
+        self.pool: PagedKVPool | None = None
+        if model is not None and scheme == "paged":
+            pool_type = PrefixCachingPool if prefix_caching else PagedKVPool
+            self.pool = pool_type.for_model(model, n_blocks, block_size)
+            self.allocator = self.pool.allocator
+        else:
+            self.allocator = PrefixCachingAllocator(n_blocks) if prefix_caching else BlockAllocator(n_blocks)
+        self.reserved_slots = 0  # contiguous: positions reserved
+        self.prompts = _prompt_ids(trace, model, seed)
+        # a look-up stops one token short of the prompt's end; every full prompt block gets a name
+        self.lookups = [block_hashes(p[:-1], block_size) if prefix_caching else [] for p in self.prompts]
+        self.names = [block_hashes(p, block_size) if prefix_caching else [] for p in self.prompts]
+        n = len(trace)
+        self.result = TraceResult(
+            scheme,
+            capacity_tokens,
+            first_prefill_tokens=[0] * n,
+            first_cached_tokens=[0] * n,
+            outputs=[[] for _ in trace] if model is not None else [],
+        )
+        self.pending = deque(sorted(range(n), key=lambda i: (trace[i].arrival, i)))
+        self.waiting: deque[_Live] = deque()
+        self.running: list[_Live] = []
+
+    def run(self, max_steps: int) -> TraceResult:
+        """Each step: arrivals queue up, every running request decodes a token, waiting requests
+        are admitted while memory allows, the memory is recorded, finished requests leave."""
+        step = 0
+        while self.pending or self.waiting or self.running:
+            if step >= max_steps:
+                raise ValueError(f"max_steps: the trace did not finish within {max_steps} steps")
+            self.arrive(step)
+            produced = self.decode()
+            produced += self.admit()
+            self.record(produced)
+            self.leave()
+            step += 1
+        self.result.steps = step
+        self.result.evictions = self.allocator.evictions if self.prefix_caching else 0
+        return self.result
+
+    def arrive(self, step: int) -> None:
+        while self.pending and self.trace[self.pending[0]].arrival <= step:
+            i = self.pending.popleft()
+            self.waiting.append(_Live(self.trace[i], i))
+
+    def decode(self) -> int:
+        """One token for every running request, oldest first -> how many were produced. A paged
+        sequence whose next position opens a block gets one, preempting while none is free."""
+        produced = 0
+        for live in list(self.running):
+            if live not in self.running:
+                continue  # preempted earlier in this step
+            if self.scheme == "paged" and live.length % self.block_size == 0:
+                if not self.make_room(live):
+                    continue
+                if self.model is None:
+                    live.blocks.append(self.allocator.allocate())
+            if self.model is not None:
+                logits_V = self.model.decode_step(live.tokens[-1], live.cache)
+                live.tokens.append(int(np.argmax(logits_V)))
+            live.generated += 1
+            produced += 1
+        return produced
+
+    def make_room(self, live: _Live) -> bool:
+        """Preempt the newest running requests until a block is free; False if ``live`` went too."""
+        while self.allocator.n_free == 0 and live in self.running:
+            victim = self.running.pop()
+            self.stop(victim)
+            self.waiting.appendleft(victim)  # first in line, recomputed when admitted again
+            self.result.preemptions += 1
+        return live in self.running
+
+    def admit(self) -> int:
+        """Admit waiting requests, first come first served, while they fit -> first tokens given."""
+        first_tokens = 0
+        while self.waiting and self.fits(self.waiting[0]):
+            live = self.waiting.popleft()
+            first_tokens += live.generated == 0
+            self.start(live)
+            self.running.append(live)
+        return first_tokens
+
+    def fits(self, live: _Live) -> bool:
+        if self.scheme == "contiguous":
+            return self.capacity_tokens - self.reserved_slots >= self.max_seq_len
+        need = math.ceil(live.length / self.block_size)
+        if self.prefix_caching:
+            need = self.allocator.blocks_consumed(self.lookups[live.index], need)
+        return self.allocator.n_free >= need
+
+    def start(self, live: _Live) -> None:
+        """Take memory and prefill the prompt, plus the tokens generated before a preemption."""
+        cached = self.take_memory(live)
+        if self.model is not None:
+            ids = self.prompts[live.index] + live.tokens[:-1]
+            logits_V = self.model.prefill(ids[cached:], live.cache)[-1]
+            if not live.tokens:
+                live.tokens.append(int(np.argmax(logits_V)))
+        result = self.result
+        result.prompt_tokens += live.length
+        result.cached_tokens += cached
+        if live.generated == 0:
+            result.first_prefill_tokens[live.index] = live.length - cached
+            result.first_cached_tokens[live.index] = cached
+        live.generated = max(live.generated, 1)
+
+    def take_memory(self, live: _Live) -> int:
+        """Reserve positions, blocks or a real cache for ``live`` -> the positions found cached."""
+        if self.scheme == "contiguous":
+            self.reserved_slots += self.max_seq_len
+            if self.model is not None:
+                live.cache = self.model.new_cache(kind="preallocated", capacity=self.max_seq_len)
+            return 0
+        if self.pool is not None and self.prefix_caching:
+            live.cache = self.pool.new_sequence(capacity=self.max_seq_len, token_ids=self.prompts[live.index])
+            return len(live.cache)
+        if self.pool is not None:
+            live.cache = self.pool.new_sequence(capacity=self.max_seq_len)
+            return 0
+        hits = []
+        if self.prefix_caching:
+            hits = self.allocator.match(self.lookups[live.index])
+            self.allocator.take(hits)
+        n_new = math.ceil(live.length / self.block_size) - len(hits)
+        live.blocks = hits + [self.allocator.allocate() for _ in range(n_new)]
+        names = self.names[live.index]
+        for j in range(len(hits), len(names)):
+            self.allocator.register(live.blocks[j], names[j])
+        return len(hits) * self.block_size
+
+    def stop(self, live: _Live) -> None:
+        """Give ``live``'s memory back (preempted or finished)."""
+        if self.scheme == "contiguous":
+            self.reserved_slots -= self.max_seq_len
+        elif self.model is not None:
+            live.cache.free()
+        # with prefix caching, the last block first (as PrefixCachedSequence.free does)
+        for block in reversed(live.blocks) if self.prefix_caching else live.blocks:
+            self.allocator.release(block)
+        live.blocks, live.cache = [], None
+
+    def record(self, produced: int) -> None:
+        self.result.tokens_generated += produced
+        self.result.running.append(len(self.running))
+        reserved, used = self.memory()
+        self.result.reserved.append(reserved)
+        self.result.used.append(used)
+
+    def memory(self) -> tuple[int, int]:
+        """Token positions reserved and used now: counted, or read off the pool and the caches."""
+        if self.model is None:
+            reserved = (
+                self.reserved_slots
+                if self.scheme == "contiguous"
+                else self.allocator.n_used * self.block_size
+            )
+            return reserved, sum(live.length for live in self.running)
+        token_bytes = _token_bytes(self.model)
+        if self.pool is not None:
+            reserved = self.pool.usage().bytes_reserved // token_bytes
+        else:
+            reserved = sum(live.cache.nbytes for live in self.running) // token_bytes
+        return reserved, sum(len(live.cache) for live in self.running)
+
+    def leave(self) -> None:
+        for live in [x for x in self.running if x.generated >= x.request.output_len]:
+            self.running.remove(live)
+            self.stop(live)
+            self.result.finished += 1
+            if self.model is not None:
+                self.result.outputs[live.index] = live.tokens
+
+
+def _check_replay(
+    trace: Any, scheme: Any, capacity_tokens: Any, max_seq_len: Any, block_size: Any, model: Any,
+    prefix_caching: Any,
+) -> None:  # fmt: skip
+    """simulate_trace's arguments, or a TypeError/ValueError naming the first that is wrong."""
     if scheme not in ("contiguous", "paged"):
         raise ValueError(f"scheme: expected 'contiguous' or 'paged', got {scheme!r}")
     if not isinstance(prefix_caching, bool):
@@ -221,8 +436,7 @@ def simulate_trace(
     check_int("max_seq_len", max_seq_len, 1)
     check_int("block_size", block_size, 1)
     check_int("capacity_tokens", capacity_tokens, 1)
-    n_blocks = capacity_tokens // block_size
-    if capacity_tokens < max_seq_len or n_blocks < math.ceil(max_seq_len / block_size):
+    if capacity_tokens < max_seq_len or capacity_tokens // block_size < math.ceil(max_seq_len / block_size):
         raise ValueError(
             f"capacity_tokens: expected room for one sequence of max_seq_len={max_seq_len} "
             f"in blocks of {block_size}, got {capacity_tokens}"
@@ -230,143 +444,20 @@ def simulate_trace(
     _check_trace(trace, max_seq_len, model)
     if model is not None and model.config.max_seq_len < max_seq_len:
         raise ValueError(f"model: expected max_seq_len >= {max_seq_len}, got {model.config.max_seq_len}")
-    paged_type = PrefixCachingPool if prefix_caching else PagedKVPool
-    pool = (
-        paged_type.for_model(model, n_blocks, block_size) if model is not None and scheme == "paged" else None
-    )
-    if pool is not None:
-        allocator = pool.allocator
-    else:
-        allocator = PrefixCachingAllocator(n_blocks) if prefix_caching else BlockAllocator(n_blocks)
+
+
+def _prompt_ids(trace: list[Request], model: Any, seed: int) -> list[list[int]]:
+    """Each request's prompt ids: its own, or (a replay with a model) random ones; [] otherwise."""
     rng = np.random.default_rng(seed)
-    prompts = [
-        list(r.prompt_ids) if r.prompt_ids
-        else rng.integers(0, model.config.vocab_size, r.prompt_len).tolist() if model
-        else []
-        for r in trace
-    ]  # fmt: skip
-    # a look-up stops one token short of the prompt's end; every full prompt block gets a name
-    lookups = [block_hashes(p[:-1], block_size) if prefix_caching else [] for p in prompts]
-    names = [block_hashes(p, block_size) if prefix_caching else [] for p in prompts]
-
-    result = TraceResult(scheme, capacity_tokens)
-    result.first_prefill_tokens = [0] * len(trace)
-    result.first_cached_tokens = [0] * len(trace)
-    result.outputs = [[] for _ in trace] if model is not None else []
-    pending = deque(sorted(range(len(trace)), key=lambda i: (trace[i].arrival, i)))
-    waiting: deque[_Live] = deque()
-    running: list[_Live] = []
-    reserved_slots = 0  # contiguous: positions reserved
-
-    def fits(live: _Live) -> bool:
-        if scheme == "contiguous":
-            return capacity_tokens - reserved_slots >= max_seq_len
-        need = math.ceil(live.length / block_size)
-        if prefix_caching:
-            need = allocator.blocks_consumed(lookups[live.index], need)
-        return allocator.n_free >= need
-
-    def start(live: _Live) -> None:
-        """Prefill the prompt, plus the tokens generated before a preemption."""
-        nonlocal reserved_slots
-        cached = 0
-        if scheme == "contiguous":
-            reserved_slots += max_seq_len
-            if model is not None:
-                live.cache = model.new_cache(kind="preallocated", capacity=max_seq_len)
-        elif model is not None and prefix_caching:
-            live.cache = pool.new_sequence(capacity=max_seq_len, token_ids=prompts[live.index])
-            cached = len(live.cache)
+    prompts = []
+    for r in trace:
+        if r.prompt_ids:
+            prompts.append(list(r.prompt_ids))
         elif model is not None:
-            live.cache = pool.new_sequence(capacity=max_seq_len)
+            prompts.append(rng.integers(0, model.config.vocab_size, r.prompt_len).tolist())
         else:
-            hits = []
-            if prefix_caching:
-                hits = allocator.match(lookups[live.index])
-                allocator.take(hits)
-            n_new = math.ceil(live.length / block_size) - len(hits)
-            live.blocks = hits + [allocator.allocate() for _ in range(n_new)]
-            for j in range(len(hits), len(names[live.index])):
-                allocator.register(live.blocks[j], names[live.index][j])
-            cached = len(hits) * block_size
-        if model is not None:
-            ids = prompts[live.index] + live.tokens[:-1]
-            logits_V = model.prefill(ids[cached:], live.cache)[-1]
-            if not live.tokens:
-                live.tokens.append(int(np.argmax(logits_V)))
-        result.prompt_tokens += live.length
-        result.cached_tokens += cached
-        if live.generated == 0:
-            result.first_prefill_tokens[live.index] = live.length - cached
-            result.first_cached_tokens[live.index] = cached
-        live.generated = max(live.generated, 1)
-
-    def stop(live: _Live) -> None:
-        nonlocal reserved_slots
-        if scheme == "contiguous":
-            reserved_slots -= max_seq_len
-        elif model is not None:
-            live.cache.free()
-        # with prefix caching, the last block first (as PrefixCachedSequence.free does)
-        for block in reversed(live.blocks) if prefix_caching else live.blocks:
-            allocator.release(block)
-        live.blocks, live.cache = [], None
-
-    step = 0
-    while pending or waiting or running:
-        if step >= max_steps:
-            raise ValueError(f"max_steps: the trace did not finish within {max_steps} steps")
-        while pending and trace[pending[0]].arrival <= step:
-            i = pending.popleft()
-            waiting.append(_Live(trace[i], i))
-        produced = 0
-        for live in list(running):  # decode, oldest request first
-            if live not in running:
-                continue  # preempted earlier in this step
-            if scheme == "paged" and live.length % block_size == 0:  # the next position opens a block
-                while allocator.n_free == 0 and live in running:
-                    victim = running.pop()
-                    stop(victim)
-                    waiting.appendleft(victim)
-                    result.preemptions += 1
-                if live not in running:
-                    continue
-                if model is None:
-                    live.blocks.append(allocator.allocate())
-            if model is not None:
-                logits_V = model.decode_step(live.tokens[-1], live.cache)
-                live.tokens.append(int(np.argmax(logits_V)))
-            live.generated += 1
-            produced += 1
-        while waiting and fits(waiting[0]):  # admission; a first prefill gives the first token
-            live = waiting.popleft()
-            produced += live.generated == 0
-            start(live)
-            running.append(live)
-        result.tokens_generated += produced
-        result.running.append(len(running))
-        if model is None:
-            reserved = reserved_slots if scheme == "contiguous" else allocator.n_used * block_size
-            used = sum(live.length for live in running)
-        else:
-            token_bytes = _token_bytes(model)
-            if pool is not None:
-                reserved = pool.usage().bytes_reserved // token_bytes
-            else:
-                reserved = sum(live.cache.nbytes for live in running) // token_bytes
-            used = sum(len(live.cache) for live in running)
-        result.reserved.append(reserved)
-        result.used.append(used)
-        for live in [x for x in running if x.generated >= x.request.output_len]:
-            running.remove(live)
-            stop(live)
-            result.finished += 1
-            if model is not None:
-                result.outputs[live.index] = live.tokens
-        step += 1
-    result.steps = step
-    result.evictions = allocator.evictions if prefix_caching else 0
-    return result
+            prompts.append([])
+    return prompts
 
 
 def _check_trace(trace: Any, max_seq_len: int, model: Any) -> None:
