@@ -251,6 +251,20 @@ def generation_costs(
 
     The book shows this in "Same answer, less work".
     """
+    cfg, p, n = _check_generation(config, prompt_len, n_new)
+    out = []
+    for i in range(n):  # token i + 1 comes from a pass over p + i positions
+        if not cached:
+            cost = forward_cost(cfg, p + i, 0, batch_size, dtype, cached=False, all_logits=False)
+        elif i == 0:
+            cost = forward_cost(cfg, p, 0, batch_size, dtype, all_logits=False)
+        else:
+            cost = decode_cost(cfg, p + i, batch_size, dtype)
+        out.append(cost)
+    return out
+
+
+def _check_generation(config: Any, prompt_len: Any, n_new: Any) -> tuple[ModelConfig, int, int]:
     cfg = _check_config(config)
     p = check_int("prompt_len", prompt_len, 1)
     n = check_int("n_new", n_new, 0)
@@ -259,20 +273,7 @@ def generation_costs(
             f"n_new: prompt of {p} + {n} new tokens needs {p + n - 1} "
             f"positions, more than max_seq_len {cfg.max_seq_len}"
         )  # fmt: skip
-    out = []
-    for i in range(n):
-        length = p + i
-        if not cached:
-            cost = forward_cost(
-                cfg, length, 0, batch_size, dtype,
-                cached=False, all_logits=False,
-            )  # fmt: skip
-        elif i == 0:
-            cost = forward_cost(cfg, p, 0, batch_size, dtype, all_logits=False)
-        else:
-            cost = decode_cost(cfg, length, batch_size, dtype)
-        out.append(cost)
-    return out
+    return cfg, p, n
 
 
 # ---------------------------------------------------------------- rooflines

@@ -28,7 +28,7 @@ from ..text import fields_call
 from ..validate import check_float_dtype, check_int, check_scale, check_seed, check_token_id, check_token_ids
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
-from .numpy_model import NumpyDecoder, attention_core, lm_head, merge_heads, split_heads
+from .numpy_model import NumpyDecoder, attention_core, lm_head, merge_heads, record, split_heads, store_kv
 
 __all__ = [
     "LlamaConfig",
@@ -368,9 +368,8 @@ def attention(
     keys rotated by RoPE.
 
     The keys are rotated for positions_T *before* they are stored: the cache
-    holds rotated keys, which never need turning again. With a cache they go
-    to slots len(cache) .. len(cache)+T-1, so positions_T must be those same
-    numbers (anything else is the off-by-one the book shows).
+    holds rotated keys, which never turn again. positions_T must be the slots
+    they go to, len(cache) .. len(cache)+T-1 (else: the book's off-by-one).
 
     The book shows this in "RoPE and the cache".
     """
@@ -379,20 +378,11 @@ def attention(
     v_new_HTK = split_heads(x_TD @ layer.w_v, config.n_kv_heads)
     q_HTK = apply_rope(q_HTK, positions_T, config.rope_theta)
     k_rot_HTK = apply_rope(k_new_HTK, positions_T, config.rope_theta)
-    if cache is None:
-        k_HSK, v_HSK = k_rot_HTK, v_new_HTK
-    else:
-        k_HSK, v_HSK = cache.update(layer_index, k_rot_HTK, v_new_HTK)
-        # one memory layout for every cache kind: the same summation path
-        k_HSK = np.ascontiguousarray(k_HSK)
-        v_HSK = np.ascontiguousarray(v_HSK)
+    k_HSK, v_HSK = store_kv(cache, layer_index, k_rot_HTK, v_new_HTK)
+    record(trace, k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK, k_HSK=k_HSK, v_HSK=v_HSK)
     o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, cache)
     out_TD = merge_heads(o_HTK) @ layer.w_o
-    if trace is not None:
-        trace.update(
-            k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK, k_HSK=k_HSK.copy(),
-            v_HSK=v_HSK.copy(), o_HTK=o_HTK, attn_out_TD=out_TD,
-        )  # fmt: skip
+    record(trace, o_HTK=o_HTK, attn_out_TD=out_TD)
     return out_TD
 
 

@@ -13,6 +13,16 @@ Two fast steps, because the recorded measurements say the two devices need diffe
   a CUDA graph (``capture_graph``) and replays it, one launch instead of hundreds. On a CPU
   ``compile_decode`` runs the same step eagerly.
 
+``compile_decode``'s steps attend over a fixed stretch of the cache, the smallest of
+``key_buckets(capacity)`` (64, 128, 256, ... keys) that holds the longest row, with a mask built on
+the device from the lengths: every shape is fixed within a bucket, nothing needs the host, and a
+step never reads more than about twice the keys it needs. Rows may sit at different lengths; there
+is no ``active`` mask. ``mode="compile"`` first compiles the step with ``torch.compile`` (fused
+inductor kernels, once per bucket), then captures that the same way. (We capture ourselves rather
+than use ``mode="reduce-overhead"``: its graphs copy every input that is not an ``nn.Parameter``
+into static buffers at each replay, and our weights and cache are plain tensors.) On the CPU
+``"compile"`` needs a C++ compiler. Nothing global is changed; building a step writes nothing.
+
 Both are checked against the mirror functions (``tests/test_torch_model.py``,
 ``tests/test_torch_dtypes.py``). Also here: ``DecodeWeights`` (each layer's matrices as
 ``decode_fast`` reads them), ``WeightArena`` (every CPU weight in one buffer on 2 MiB pages), and
@@ -57,6 +67,8 @@ __all__ = [
     "decode_fast",
     "decode_fixed",
     "compile_decode",
+    "bucket_step",
+    "step_ids",
     "capture_graph",
     "DecodeWeights",
     "DecodingModel",
@@ -263,84 +275,73 @@ def decode_fixed(
     return model.lm_head(x_BTD)[:, 0]
 
 
+def bucket_step(
+    model: DecodingModel, cache: TorchPreallocatedKVCache, n_keys: int, mode: str
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """One decode step over the first ``n_keys`` slots (``decode_fixed``), compiled first when
+    ``mode`` is ``"compile"``, and on CUDA captured in a CUDA graph (``capture_graph``)."""
+
+    def fixed(ids_B: torch.Tensor) -> torch.Tensor:
+        return decode_fixed(model, ids_B, cache, n_keys)
+
+    if mode == "compile":
+        fixed = torch.compile(fixed, dynamic=False)
+    if model.device.type == "cuda":
+        fixed = capture_graph(model, cache, fixed, n_keys)
+    return fixed
+
+
+def step_ids(model: DecodingModel, cache: TorchKVCache, ids_B: Any, check: bool) -> torch.Tensor:
+    """``ids_B`` as a device tensor [B] for one step of every row of ``cache``, checked: the
+    token ids' range (unless ``check`` is False: on CUDA it waits for the device), the batch,
+    and that every row is prefilled and has room for one more token."""
+    vocab, device = model.config.vocab_size, model.device
+    if check:
+        ids_B = token_ids(ids_B, 1, vocab, "ids_B", device)
+    elif not isinstance(ids_B, torch.Tensor):
+        ids_B = torch.as_tensor(ids_B, dtype=torch.long, device=device)
+    check_batch(ids_B[:, None], cache, "ids_B")
+    lengths = cache.host_lengths_array
+    if lengths.min() == 0:
+        raise ValueError(
+            f"cache: expected prefilled rows, row {int(lengths.argmin())} is empty (prefill it first)"
+        )
+    if lengths.max() >= cache.capacity:
+        raise ValueError(
+            f"ids_B: row {int(lengths.argmax())} is full (capacity {cache.capacity}); reset or truncate it"
+        )
+    return ids_B
+
+
 def compile_decode(
     model: DecodingModel,
     cache: TorchPreallocatedKVCache,
     mode: str = "cuda_graph",
 ) -> Callable[..., torch.Tensor]:
     """model, cache -> step(ids_B, check=True) -> logits [B,V]: a faster
-    ``model.decode_step`` bound to this cache.
+    ``model.decode_step`` bound to this cache, every row one token a call.
 
-    Each call advances every row of ``cache`` by one token (rows may sit at
-    different lengths; there is no ``active`` mask). Attention runs over a
-    fixed stretch of the cache, the smallest of ``key_buckets(capacity)``
-    (64, 128, 256, ... keys) that holds the longest row, with a mask built
-    on the device from ``cache.lengths``: every shape is fixed within a
-    bucket, nothing needs the host, and a step never reads more than about
-    twice the keys it needs.
-
-    On CUDA, ``mode="cuda_graph"`` captures one such step (plus the length
-    update) per bucket in a CUDA graph, the first time a bucket is reached,
-    and each call replays it: one launch instead of hundreds.
-    ``mode="compile"`` first compiles the step with ``torch.compile`` (fused
-    inductor kernels, once per bucket), then captures that the same way.
-    (We capture ourselves rather than use ``mode="reduce-overhead"``: its
-    graphs copy every input that is not an ``nn.Parameter`` into static
-    buffers at each replay, and our weights and cache are plain tensors.)
-    On the CPU there are no graphs: ``"cuda_graph"`` runs the step eagerly
-    and ``"compile"`` runs it through ``torch.compile`` (which needs a C++
-    compiler). Nothing global is changed. Building a step writes nothing.
-
-    The returned logits tensor is reused by the next call: clone it to keep
-    it. ``check=False`` skips the token-id range check, which on CUDA waits
-    for the device.
+    A call runs the step of the smallest key bucket that holds the longest
+    row (``bucket_step``, built the first time the bucket is reached: a CUDA
+    graph replay on a GPU). The logits tensor is reused by the next call.
 
     The book shows this in "Decode on a GPU".
     """
     model.check_cache(cache, kind="preallocated")
-    modes = ("cuda_graph", "compile")
-    if mode not in modes:
-        raise ValueError(f"mode: expected one of {list(modes)}, got {mode!r}")
-    on_cuda = model.device.type == "cuda"
-    # bucket -> its step (on CUDA, the replay of its graph)
+    if mode not in ("cuda_graph", "compile"):
+        raise ValueError(f"mode: expected one of ['cuda_graph', 'compile'], got {mode!r}")
     steps: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
-
-    def for_bucket(n_keys: int) -> Callable[[torch.Tensor], torch.Tensor]:
-        if n_keys not in steps:
-
-            def fixed(ids_B: torch.Tensor) -> torch.Tensor:
-                return decode_fixed(model, ids_B, cache, n_keys)
-
-            if mode == "compile":
-                fixed = torch.compile(fixed, dynamic=False)
-            if on_cuda:
-                fixed = capture_graph(model, cache, fixed, n_keys)
-            steps[n_keys] = fixed
-        return steps[n_keys]
 
     def step(ids_B: Any, check: bool = True) -> torch.Tensor:
         """[B] -> [B,V]: one decode step of every row of the bound cache."""
-        vocab, device = model.config.vocab_size, model.device
-        if check:
-            ids_B = token_ids(ids_B, 1, vocab, "ids_B", device)
-        elif not isinstance(ids_B, torch.Tensor):
-            ids_B = torch.as_tensor(ids_B, dtype=torch.long, device=device)
-        check_batch(ids_B[:, None], cache, "ids_B")
-        lengths = cache.host_lengths_array
-        if lengths.min() == 0:
-            raise ValueError(
-                f"cache: expected prefilled rows, row "
-                f"{int(lengths.argmin())} is empty (prefill it first)"
-            )  # fmt: skip
-        if lengths.max() >= cache.capacity:
-            raise ValueError(
-                f"ids_B: row {int(lengths.argmax())} is full "
-                f"(capacity {cache.capacity}); reset or truncate it"
-            )  # fmt: skip
-        fn = for_bucket(bucket_for(int(lengths.max()) + 1, cache.capacity))
+        ids_B = step_ids(model, cache, ids_B, check)
+        longest = int(cache.host_lengths_array.max())
+        n_keys = bucket_for(longest + 1, cache.capacity)
+        if n_keys not in steps:
+            steps[n_keys] = bucket_step(model, cache, n_keys, mode)
         with torch.inference_mode():
-            logits_BV = fn(ids_B)
-            if on_cuda:  # the replayed graph advanced the device lengths
+            logits_BV = steps[n_keys](ids_B)
+            if model.device.type == "cuda":  # the graph moved the device lengths
                 cache.advance_host(1)
             else:
                 cache.advance(1)
