@@ -255,7 +255,9 @@ def generation_costs(
     out = []
     for i in range(n):  # token i + 1 comes from a pass over p + i positions
         if not cached:
-            cost = forward_cost(cfg, p + i, 0, batch_size, dtype, cached=False, all_logits=False)
+            cost = forward_cost(
+                cfg, p + i, 0, batch_size, dtype, cached=False, all_logits=False
+            )  # fmt: skip
         elif i == 0:
             cost = forward_cost(cfg, p, 0, batch_size, dtype, all_logits=False)
         else:

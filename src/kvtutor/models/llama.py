@@ -379,7 +379,8 @@ def attention(
     q_HTK = apply_rope(q_HTK, positions_T, config.rope_theta)
     k_rot_HTK = apply_rope(k_new_HTK, positions_T, config.rope_theta)
     k_HSK, v_HSK = store_kv(cache, layer_index, k_rot_HTK, v_new_HTK)
-    record(trace, k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK, k_HSK=k_HSK, v_HSK=v_HSK)
+    record(trace, k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK)
+    record(trace, k_HSK=k_HSK, v_HSK=v_HSK)
     o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, cache)
     out_TD = merge_heads(o_HTK) @ layer.w_o
     record(trace, o_HTK=o_HTK, attn_out_TD=out_TD)

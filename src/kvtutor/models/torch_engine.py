@@ -328,8 +328,9 @@ def compile_decode(
     The book shows this in "Decode on a GPU".
     """
     model.check_cache(cache, kind="preallocated")
-    if mode not in ("cuda_graph", "compile"):
-        raise ValueError(f"mode: expected one of ['cuda_graph', 'compile'], got {mode!r}")
+    modes = ("cuda_graph", "compile")
+    if mode not in modes:
+        raise ValueError(f"mode: expected one of {list(modes)}, got {mode!r}")
     steps: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
 
     def step(ids_B: Any, check: bool = True) -> torch.Tensor:
@@ -341,7 +342,7 @@ def compile_decode(
             steps[n_keys] = bucket_step(model, cache, n_keys, mode)
         with torch.inference_mode():
             logits_BV = steps[n_keys](ids_B)
-            if model.device.type == "cuda":  # the graph moved the device lengths
+            if model.device.type == "cuda":  # the graph moved the device copy
                 cache.advance_host(1)
             else:
                 cache.advance(1)
