@@ -247,6 +247,79 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+# Every catalog's header (the `msgid ""` entry and the comment above it): the book's name and
+# version from pyproject.toml, and who translates it, in place of the placeholders that Sphinx
+# and sphinx-intl write into a new catalog ("Project name not set", "FULL NAME <EMAIL@ADDRESS>").
+# `update` sets it on every catalog it merges; its creation date is the template's, and its
+# revision date is kept once set.
+TRANSLATOR = "The kvtutor authors <https://github.com/kvtutor/kvtutor>"
+LANGUAGE_TEAM = "Chinese (zh_CN) <https://github.com/kvtutor/kvtutor>"
+BUGS = "https://github.com/kvtutor/kvtutor/issues"
+PLACEHOLDERS = ("Project name not set", "PACKAGE VERSION", "FULL NAME", "EMAIL@ADDRESS",
+                "FIRST AUTHOR", "SOME DESCRIPTIVE TITLE", "YEAR-MO-DA", "LL@li.org")  # fmt: skip
+
+
+def project_version() -> tuple[str, str]:
+    """The package's name and version, as pyproject.toml gives them."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return project["name"], project["version"]
+
+
+def catalog_header(page: str, fields: dict[str, str], language: str = LANGUAGE,
+                   revised: str | None = None) -> str:  # fmt: skip
+    """The header of `page`'s catalog ("book/gqa"), with the dates of `fields` (the header's
+    current fields, by name) kept unless `revised` gives a new revision date: the text up to
+    the first message, blank line included."""
+    name, version = project_version()
+    year = fields.get("POT-Creation-Date", "")[:4] or "2026"
+    revised = revised or fields.get("PO-Revision-Date", "")
+    if not revised or "YEAR" in revised:
+        revised = fields.get("POT-Creation-Date", "")
+    values = {
+        "Project-Id-Version": f"{name} {version}",
+        "Report-Msgid-Bugs-To": BUGS,
+        "POT-Creation-Date": fields.get("POT-Creation-Date", ""),
+        "PO-Revision-Date": revised,
+        "Last-Translator": TRANSLATOR,
+        "Language": language,
+        "Language-Team": LANGUAGE_TEAM,
+        "Plural-Forms": fields.get("Plural-Forms", "nplurals=1; plural=0;"),
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=utf-8",
+        "Content-Transfer-Encoding": "8bit",
+        "Generated-By": fields.get("Generated-By", "Babel"),
+    }
+    lines = [
+        f"# Chinese ({language}) translation of {name}: {page}.",
+        f"# Copyright (C) {year} The {name} authors",
+        f"# This file is distributed under the same license as the {name} package.",
+        "#",
+        'msgid ""',
+        'msgstr ""',
+        *(f'"{key}: {value}\\n"' for key, value in values.items()),
+    ]
+    return "\n".join(lines) + "\n\n"
+
+
+def set_header(path: Path, page: str, language: str = LANGUAGE, revised: str | None = None) -> bool:
+    """Gives the catalog at `path` the book's header (catalog_header; `revised`, as
+    "2026-12-02 01:30+0000", sets its revision date); whether the file changed. Only the
+    header is rewritten: the messages stay byte for byte as they were."""
+    text = path.read_text(encoding="utf-8")
+    start = re.search(r'^msgid ""\nmsgstr ""\n((?:".*"\n)*)', text, re.M)
+    if start is None:
+        raise ValueError(f"{_rel(path)}: no header entry")
+    fields = dict(re.findall(r'^"([\w-]+): ?(.*?)\s*\\n"$', start.group(1), re.M))
+    body = text[start.end() :].lstrip("\n")
+    new = catalog_header(page, fields, language, revised) + body
+    if new == text:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
+
+
 def update(language: str = LANGUAGE, pages: list[str] | None = None) -> int:
     """`make i18n-update`: extract the English messages and merge them into the catalogs.
 
@@ -274,9 +347,14 @@ def update(language: str = LANGUAGE, pages: list[str] | None = None) -> int:
            "--no-obsolete", "--jobs", "1"]  # fmt: skip
     print(" ".join(["sphinx-intl", *cmd[3:]]).replace(str(ROOT) + os.sep, ""))
     subprocess.run(cmd, check=True, cwd=ROOT)
+    # sphinx-intl keeps the header of a catalog it merges, but a new catalog gets the template's.
+    merged = {page: path for page, path in po_files(language=language).items()
+              if page in templates and (pages is None or page in pages)}  # fmt: skip
+    for page, path in merged.items():
+        set_header(path, page, language)
     if pages is not None:
         shutil.rmtree(pot_dir, ignore_errors=True)
-        report({page: path for page, path in po_files(language=language).items() if page in pages})
+        report(merged)
         return 0
     for page, path in po_files(language=language).items():
         if page not in templates:
