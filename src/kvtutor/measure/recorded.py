@@ -14,14 +14,26 @@ result is checked against the bench schema (``kvtutor.measure.schema``) as it is
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
 
 from .schema import check_result
 
-__all__ = ["RUNS", "H200_RUN", "CPU_RUNS", "cpu_bench", "cuda_bench", "h200_run", "run_path"]
+__all__ = [
+    "RUNS",
+    "H200_RUN",
+    "CPU_RUNS",
+    "cpu_bench",
+    "cuda_bench",
+    "h200_run",
+    "run_path",
+    "run_day",
+    "cpu_name",
+]
 
 RUNS = "data/runs"
 #: the folder (under ``RUNS``) of the recorded H200 run, and what it timed
@@ -81,3 +93,19 @@ def h200_run() -> dict[str, Any]:
         "kernels": run_path(f"{folder}/kernels.txt").read_text(encoding="utf-8"),
         "tests_log": run_path(f"{folder}/cuda-tests.log").read_text(encoding="utf-8"),
     }
+
+
+def run_day(timestamp: str) -> str:
+    """A run's date as the pages print it, the same in both editions: '2026-11-30T18:51:58Z' and
+    '2026-11-30' give '2026-11-30'."""
+    if not isinstance(timestamp, str):
+        raise TypeError(f"timestamp: expected an ISO date string, got {type(timestamp).__name__}")
+    try:
+        return datetime.date.fromisoformat(timestamp[:10]).isoformat()
+    except ValueError:
+        raise ValueError(f"timestamp: expected an ISO date (YYYY-MM-DD...), got {timestamp!r}") from None
+
+
+def cpu_name(name: str) -> str:
+    """A CPU's name as the pages print it: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
+    return re.sub(r"\(R\)|\(TM\)| Processor| CPU", "", name).strip()
