@@ -257,13 +257,17 @@ def test_serving_figures_draw_and_check_their_input(numpy_model):
         serving_plots.plot_tokens_per_step([1, 2], {"a": [1.5, 1.8]}, {"a": [1.6, 1.9]}),
         serving_plots.plot_speedups([1, 2], {"a": [0.9, 0.8], "b": [1.1, 1.2]}, {"a": [1.0, 0.9]}),
         serving_plots.plot_distributions([0.5, 0.5], {"s": [4, 6]}, labels=["x", "y"]),
+        serving_plots.plot_batch_gain({"a": ([1, 2, 4], [10.0, 19.0, 30.0]), "b": ([1, 8], [1.0, 7.0])}),
+        serving_plots.plot_speedup_vs_acceptance([0.3, 0.9], [0.6, 1.8], 4, 0.1, 1.8),
         serving_plots.plot_token_times(traces, ["static", "continuous"], lambda s: 1.0 + s.batched_tokens),
         serving_plots.plot_token_times(traces[1:], ["measured"]),
     ]
     assert all(len(f.axes) >= 1 for f in figs)
     assert len(figs[0].axes) == 2  # one timeline per trace
-    assert [ax.get_title(loc="left") for ax in figs[6].axes] == ["static", "continuous"]
-    assert "modelled" in figs[6].axes[-1].get_xlabel() and "measured" in figs[7].axes[-1].get_xlabel()
+    assert len(figs[6].axes[0].get_lines()) == 3  # two machines and the ideal line
+    assert len(figs[7].axes[0].get_lines()) == 4  # both curves, the points, plain decoding
+    assert [ax.get_title(loc="left") for ax in figs[8].axes] == ["static", "continuous"]
+    assert "modelled" in figs[8].axes[-1].get_xlabel() and "measured" in figs[9].axes[-1].get_xlabel()
     for f in figs:
         plt.close(f)
     with pytest.raises(TypeError, match="traces: expected a non-empty list of ServingTrace"):
@@ -278,6 +282,12 @@ def test_serving_figures_draw_and_check_their_input(numpy_model):
         serving_plots.plot_speedups([1, 2], [1, 2], {})
     with pytest.raises(ValueError, match="labels: expected 2 labels, got 1"):
         serving_plots.plot_distributions([0.5, 0.5], {"s": [1, 1]}, labels=["x"])
+    with pytest.raises(ValueError, match="measured_N: expected a 1-D array of 2 values, got shape \\[1\\]"):
+        serving_plots.plot_speedup_vs_acceptance([0.3, 0.9], [1.0], 4, 0.1)
+    with pytest.raises(ValueError, match="series\\['a'\\] tokens/s: expected a 1-D array of 2 values"):
+        serving_plots.plot_batch_gain({"a": ([1, 2], [1.0])})
+    with pytest.raises(TypeError, match="series: expected a non-empty dict"):
+        serving_plots.plot_batch_gain({})
     with pytest.raises(ValueError, match="labels: expected 2 labels, got 1"):
         serving_plots.plot_token_times(traces, ["x"])
     with pytest.raises(TypeError, match="step_seconds: expected None or a function"):

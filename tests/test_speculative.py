@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import kvtutor
 from kvtutor.models.toy import TOY_CORPUS
 from kvtutor.serving.speculative import (
+    CoinDraft,
     ModelDraft,
     PromptLookupDraft,
     SpeculativeResult,
@@ -21,6 +22,7 @@ from kvtutor.serving.speculative import (
     expected_tokens_per_step,
     layer_cut_draft,
     speculative_generate,
+    speculative_loop,
     speculative_run,
     token_probs,
     verify_draft,
@@ -382,6 +384,143 @@ def test_theory():
         expected_tokens_per_step(0.5, -1)
     with pytest.raises(ValueError, match="c: expected a cost ratio >= 0, got -0.1"):
         expected_speedup(0.5, 2, -0.1)
+
+
+# ---------------------------------------------------------------- the predicted speed-up
+
+
+@pytest.mark.parametrize(
+    ("a", "k", "c", "v", "want"),
+    [
+        (0.8, 4, 0.1, 1.0, (1 - 0.8**5) / 0.2 / 1.4),  # Leviathan et al.'s formula
+        (0.5, 2, 0.25, 1.0, 1.75 / 1.5),
+        (0.5, 2, 0.25, 2.0, 1.75 / 2.5),  # a verification pass that costs two decode steps
+        (0.0, 4, 0.1, 1.0, 1 / 1.4),  # every guess rejected: one token per round, k drafts paid
+        (0.0, 0, 0.3, 1.0, 1.0),  # k = 0 is plain decoding
+        (1.0, 4, 0.1, 1.0, 5 / 1.4),  # every guess kept: k + 1 tokens per round
+        (1.0, 3, 0.0, 1.0, 4.0),  # a free, perfect draft: k + 1 times faster
+    ],
+)
+def test_expected_speedup_known_values(a, k, c, v, want):
+    assert expected_speedup(a, k, c, v) == pytest.approx(want)
+    assert expected_speedup(a, k, c, v) == pytest.approx(expected_tokens_per_step(a, k) / (k * c + v))
+
+
+def test_expected_speedup_loses_with_a_costly_or_wrong_draft():
+    assert expected_speedup(0.0, 4, 0.05) < 1  # a draft that is never right only costs
+    assert expected_speedup(0.9, 4, 0.9) < 1  # a right but dear draft
+    assert expected_speedup(0.9, 4, 0.05) > 2
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((1.5, 4, 0.1), "a: expected an acceptance rate in \\[0, 1\\], got 1.5"),
+        ((-0.1, 4, 0.1), "a: expected an acceptance rate in \\[0, 1\\], got -0.1"),
+        ((float("nan"), 4, 0.1), "a: expected an acceptance rate in \\[0, 1\\], got nan"),
+        ((0.5, -1, 0.1), "k: expected an int >= 0, got -1"),
+        ((0.5, 2.5, 0.1), "k: expected an int >= 0, got 2.5"),
+        ((0.5, True, 0.1), "k: expected an int >= 0, got True"),
+        ((0.5, 4, -0.1), "c: expected a cost ratio >= 0, got -0.1"),
+        ((0.5, 4, float("nan")), "c: expected a cost ratio >= 0, got nan"),
+        ((0.5, 4, 0.1, 0.0), "v: expected a cost ratio > 0, got 0.0"),
+        ((0.5, 4, 0.1, float("nan")), "v: expected a cost ratio > 0, got nan"),
+    ],
+)
+def test_expected_speedup_rejects_bad_input_naming_it(args, match):
+    with pytest.raises(ValueError, match=match):
+        expected_speedup(*args)
+
+
+def test_predicted_takes_the_verification_cost():
+    result = SpeculativeResult(list(range(6)), 2, [2, 2], [1, 1])
+    assert result.predicted(0.25, v=2.0)[1] == pytest.approx(expected_speedup(0.5, 2, 0.25, 2.0))
+
+
+# ---------------------------------------------------------------- the loop and a draft of a set rate
+
+
+def test_the_loop_alone_gives_what_the_checked_entry_point_gives(toy_model):
+    prompt = [1, 2, 3]
+    want = speculative_run(toy_model, layer_cut_draft(toy_model, 1), prompt, 10, k=3)
+    got = speculative_loop(
+        toy_model, ModelDraft(layer_cut_draft(toy_model, 1)), prompt, 10, 3, 0.0,
+        np.random.default_rng(0), toy_model.new_cache(),
+    )  # fmt: skip
+    assert got.tokens == want.tokens == toy_model.generate(prompt, 10)
+    assert (got.proposed, got.accepted) == (want.proposed, want.accepted)
+
+
+@pytest.mark.parametrize("a", [0.0, 0.4, 0.8, 1.0])
+def test_coin_draft_is_accepted_at_its_rate_and_leaves_the_tokens_alone(toy_model, a):
+    cut = layer_cut_draft(toy_model, 1)
+    accepted = judged = 0
+    for prompt in toy_prompts():
+        n_new = 16 - len(prompt)
+        reference = prompt + toy_model.generate(prompt, n_new)
+        result = speculative_run(
+            toy_model, CoinDraft(cut, reference, a, seed=len(prompt)), prompt, n_new, k=3
+        )
+        assert result.tokens == reference[len(prompt) :]
+        assert result.draft_calls == sum(result.proposed)  # one draft decode step per guess
+        accepted += sum(result.accepted)
+        judged += sum(k + (k < p) for k, p in zip(result.accepted, result.proposed, strict=True))
+    assert accepted / judged == pytest.approx(a, abs=0.08)
+
+
+@pytest.mark.parametrize(
+    ("a", "reference", "exc", "match"),
+    [
+        (1.5, [1, 2], ValueError, "a: expected an acceptance rate in \\[0, 1\\], got 1.5"),
+        ("high", [1, 2], ValueError, "a: expected an acceptance rate in \\[0, 1\\], got 'high'"),
+        (0.5, [1, 99], ValueError, "reference_ids: expected token ids in \\[0, 32\\), got 99"),
+        (0.5, [], ValueError, "reference_ids: expected at least one token"),
+    ],
+)
+def test_coin_draft_rejects_bad_input(toy_model, a, reference, exc, match):
+    with pytest.raises(exc, match=match):
+        CoinDraft(layer_cut_draft(toy_model, 1), reference, a)
+
+
+# ---------------------------------------------------------------- the recorded run
+
+
+def test_the_recorded_run_loads_with_what_the_chapter_reads():
+    from kvtutor.bench import speculative as bench_spec
+
+    run = bench_spec.load()
+    for key in bench_spec.KEYS["top"]:
+        assert key in run
+    assert run["command"] == bench_spec.COMMAND and run["machine"] and run["hardware"]["cpu"]
+    assert run["versions"]["torch"] and run["versions"]["numpy"]
+    assert run["load_average"]["rounds"] and run["torch_threads"] == 1
+    mb = run["memory_bound"]
+    assert mb["config"]["n_params"] * 4 <= mb["weights_bytes"]  # float32, LM head tied
+    assert mb["step_s"] > 0 and mb["c"] > 0 and mb["pass_v"]["1"] == 1.0
+    for s in mb["settings"]:
+        assert 0 <= s["acceptance"] <= 1 and s["measured"] > 0 and s["seconds"] > 0
+        # the predictions are the formula, from the recorded costs
+        assert s["formula"] == pytest.approx(expected_speedup(s["a_set"], s["k"], mb["c"]))
+        v = mb["pass_v"][str(s["k"] + 1)]
+        assert s["formula_v"] == pytest.approx(expected_speedup(s["a_set"], s["k"], mb["c"], v))
+    toy = run["toy"]
+    assert set(toy["drafts"]) == set(bench_spec.TOY_DRAFTS)
+    for rows in toy["drafts"].values():
+        assert [r["k"] for r in rows] == toy["ks"]
+        assert all(r["measured"] > 0 and 0 <= r["acceptance"] <= 1 for r in rows)
+
+
+def test_the_recorded_run_is_checked_for_missing_keys():
+    from kvtutor.bench import speculative as bench_spec
+
+    run = bench_spec.load()
+    broken = {**run, "memory_bound": {k: v for k, v in run["memory_bound"].items() if k != "c"}}
+    with pytest.raises(ValueError, match="memory_bound lacks \\['c'\\]"):
+        bench_spec.check(broken)
+    with pytest.raises(ValueError, match="x.json: expected a JSON object, got list"):
+        bench_spec.check([], "x.json")
+    with pytest.raises(FileNotFoundError, match="kvtutor.bench.speculative"):
+        bench_spec.load("no-such-run.json")
 
 
 def test_measured_tokens_per_step_follows_theory_on_a_geometric_draft(toy_model):

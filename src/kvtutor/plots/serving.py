@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..serving.loop import BatchSweepRow, LatencySummary, ServingTrace, latency_summary, step_durations
+from ..serving.speculative import expected_speedup
 from .style import DECODE_COLOR, POLICY_COLORS, PROMPT_COLOR, SERIES_COLORS, WAIT_COLOR, pyplot
 
 if TYPE_CHECKING:
@@ -20,10 +21,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "plot_decode_throughput",
+    "plot_batch_gain",
     "plot_schedules",
     "plot_latencies",
     "plot_tokens_per_step",
     "plot_speedups",
+    "plot_speedup_vs_acceptance",
     "plot_distributions",
     "plot_ttft_tpot",
     "plot_latency_throughput",
@@ -64,6 +67,35 @@ def plot_decode_throughput(batch_B: Any, tokens_per_s_B: Any, title: str = "") -
     ax.set_xticks(batch_B, [str(int(b)) for b in batch_B])
     ax.set_xlabel("batch size B (query rows stacked in one decode step)")
     ax.set_ylabel("tokens per second")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_batch_gain(series: Mapping[str, tuple[Any, Any]], title: str = "") -> Figure:
+    """{label: ([N] batch sizes, [N] decode tokens/s)} -> Figure (log-log): each machine's tokens/s
+    as a multiple of its own at B = 1, beside the ideal B (a step that costs the same at any B)."""
+    if not isinstance(series, Mapping) or not series:
+        raise TypeError(f"series: expected a non-empty dict {{label: (batch_B, tokens_per_s_B)}}, got "
+                        f"{type(series).__name__}")  # fmt: skip
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    largest = np.array([1.0])
+    for j, (label, (batch, rate)) in enumerate(series.items()):
+        batch_B = _vector(f"series[{label!r}] batch sizes", batch)
+        rate_B = _vector(f"series[{label!r}] tokens/s", rate, len(batch_B))
+        ax.plot(batch_B, rate_B / rate_B[0] * batch_B[0], "o-", lw=2,
+                color=SERIES_COLORS[j % len(SERIES_COLORS)], label=str(label))  # fmt: skip
+        largest = batch_B if batch_B.max() > largest.max() else largest
+    ax.plot(largest, largest, ls="--", color="grey", label="ideal: B times the tokens/s of B = 1")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(largest, [str(int(b)) for b in largest])
+    ax.set_xlabel("batch size B (query rows stacked in one decode step)")
+    ax.set_ylabel("tokens per second / tokens per second at B = 1")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     if title:
@@ -180,6 +212,37 @@ def plot_tokens_per_step(k_K: Any, measured: Any, theory: Any, title: str = "") 
 def plot_speedups(k_K: Any, measured: Any, theory: Any, title: str = "") -> Figure:
     """[K] values of k, {draft: [K] measured speedup}, {draft: [K] E / (k c + 1)} -> Figure."""
     return _measured_vs_theory(k_K, measured, theory, "speedup over plain decoding", 1.0, title)
+
+
+def plot_speedup_vs_acceptance(
+    a_N: Any, measured_N: Any, k: int, c: float, v: float = 1.0, title: str = ""
+) -> Figure:
+    """[N] acceptance rates, [N] measured speed-ups, at one k with draft cost c and verification
+    cost v (in target decode steps) -> Figure: the measured points on the curves E / (k c + 1)
+    (Leviathan et al.) and E / (k c + v), over every acceptance rate, and the line of plain decoding.
+    """
+    a_N = _vector("a_N", a_N)
+    measured_N = _vector("measured_N", measured_N, len(a_N))
+    grid = np.linspace(0.0, 1.0, 101)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    ax.plot(grid, [expected_speedup(a, k, c) for a in grid], ls="--", color=SERIES_COLORS[0],
+            label=f"E / (k c + 1), c = {c:.2f}")  # fmt: skip
+    if v != 1.0:
+        ax.plot(grid, [expected_speedup(a, k, c, v) for a in grid], ls=":", color=SERIES_COLORS[1],
+                label=f"E / (k c + v), v = {v:.2f}")  # fmt: skip
+    ax.plot(a_N, measured_N, "o", color="black", ms=7, label="measured")
+    ax.axhline(1.0, color="grey", lw=1, label="plain decoding")
+    ax.set_xlabel(f"acceptance rate a (k = {int(k)} guesses per round)")
+    ax.set_ylabel("speed-up over plain decoding")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def plot_distributions(p_V: Any, counts: Any, labels: Sequence[str] | None = None, title: str = "") -> Figure:

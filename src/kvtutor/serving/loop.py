@@ -47,6 +47,8 @@ __all__ = [
     "serve",
     "serve_static",
     "run_serving",
+    "serve_step",
+    "run_chunks",
     "take_chunks",
     "check_budget",
     "ServingTrace",
@@ -78,25 +80,18 @@ def run_serving(
 ) -> ServingTrace:
     """requests -> ServingTrace: serve them step by step with greedy decoding.
 
-    Every step, in order: (1) fill free slots with requests that have arrived
-    (first come, first served); (2) prefill: each new request's whole prompt,
-    or, with a budget of ``max_step_tokens`` tokens per step, the prompt
-    chunks that ``take_chunks`` fits beside this step's decodes; a request's
-    last chunk gives its first token; (3) one batched decode step for every
-    other running request, one token each; (4) requests that have all their
-    tokens leave. ``"continuous"`` admits whenever a slot is free;
-    ``"static"`` admits only into an empty batch and keeps every slot until
-    the batch's longest request has finished.
-
-    The book shows this in "Continuous batching".
+    Checks the arguments, sizes the engine (one slot per request, up to
+    ``max_batch_size``; room for the longest request), then runs
+    ``serve_step`` until every request is done, jumping over idle steps.
+    ``"continuous"`` admits whenever a slot is free; ``"static"`` admits only
+    into an empty batch and keeps every slot until the batch's longest
+    request has finished. ``max_step_tokens`` turns on chunked prefill.
     """
     cfg = check_model(model, "model")
     records = check_requests(requests, cfg)
     max_batch_size = check_int("max_batch_size", max_batch_size, 1)
     if policy not in ("continuous", "static"):
-        raise ValueError(
-            f"policy: expected 'continuous' or 'static', got {policy!r}",
-        )
+        raise ValueError(f"policy: expected 'continuous' or 'static', got {policy!r}")
     if max_step_tokens is not None:  # room for every decode and one more
         max_step_tokens = check_budget(max_step_tokens, max_batch_size)
     trace = ServingTrace(policy, max_batch_size, records, [], max_step_tokens)
@@ -109,8 +104,7 @@ def run_serving(
     if not waiting:
         return trace
     # positions a request needs: its prompt and its new tokens but the last
-    capacity = max(positions_needed(len(r.prompt_ids), r.max_new_tokens)
-                   for r in waiting)  # fmt: skip
+    capacity = max(positions_needed(len(r.prompt_ids), r.max_new_tokens) for r in waiting)
     # more slots than requests would never be used
     n_slots = min(max_batch_size, len(waiting))
     engine = batch_slots(model, n_slots, capacity)
@@ -119,52 +113,79 @@ def run_serving(
     while waiting or running:
         if not running and waiting[0].arrival_step > step:
             step = waiting[0].arrival_step  # idle until the next arrival
-        start = time.perf_counter()
-        # (1) join: arrived requests take free slots
-        if policy == "continuous" or not running:
-            free = [s for s in range(n_slots) if s not in running]
-            while waiting and free and waiting[0].arrival_step <= step:
-                slot, r = free.pop(0), waiting.popleft()
-                r.slot, r.start_step = slot, step
-                running[slot] = r
-        # (2) prefill: whole prompts, or chunks that fit the step's budget
-        # beside its decodes; the last chunk gives the first token
-        decoding = [s for s, r in running.items() if r.tokens and not r.done]
-        chunks = take_chunks(running, len(decoding), max_step_tokens)
-        work, n_first = [], 0  # (n_new, n_past) of each chunk; first tokens
-        for slot, n_new in chunks:
-            r = running[slot]
-            past = r.n_prefilled
-            ids = r.prompt_ids[past : past + n_new]
-            token = engine.prefill(slot, ids, past)
-            r.chunks.append((step, n_new))
-            work.append((n_new, past))
-            if past + n_new == len(r.prompt_ids):
-                r.admit_step, n_first = step, n_first + 1
-                r.tokens.append(token)
-        # (3) decode: every other unfinished request gains one token, all in
-        # one batched step
-        contexts = [len(running[s].prompt_ids) + len(running[s].tokens)
-                    for s in decoding]  # fmt: skip
-        if decoding:
-            last_tokens = [running[s].tokens[-1] for s in decoding]
-            next_tokens = engine.decode(decoding, last_tokens)
-            for slot, token in zip(decoding, next_tokens, strict=True):
-                running[slot].tokens.append(token)
-        # (4) leave: finished requests free their slots (static: only once the
-        # whole batch is done)
-        held = len(running)
-        for r in running.values():
-            if r.done and r.finish_step < 0:
-                r.finish_step = step
-        if policy == "continuous" or all(r.done for r in running.values()):
-            running = {s: r for s, r in running.items() if not r.done}
-        seconds = time.perf_counter() - start
-        record = StepRecord(step, n_first, len(decoding), held, seconds,
-                            tuple(work), tuple(contexts))  # fmt: skip
-        trace.steps.append(record)
+        trace.steps.append(serve_step(engine, running, waiting, n_slots, step, policy, max_step_tokens))
         step += 1
     return trace
+
+
+def serve_step(
+    engine: Any,
+    running: dict[int, RequestRecord],
+    waiting: deque[RequestRecord],
+    n_slots: int,
+    step: int,
+    policy: str,
+    max_step_tokens: int | None,
+) -> StepRecord:
+    """One scheduler step: join, prefill, decode, leave -> its StepRecord.
+
+    The book shows this in "Continuous batching".
+    """
+    start = time.perf_counter()
+    # (1) join: arrived requests take free slots (static: only an empty batch)
+    if policy == "continuous" or not running:
+        free = [s for s in range(n_slots) if s not in running]
+        while waiting and free and waiting[0].arrival_step <= step:
+            r = waiting.popleft()
+            r.slot, r.start_step = free.pop(0), step
+            running[r.slot] = r
+    # (2) prefill: whole prompts, or the chunks that fit beside the decodes
+    decoding = [s for s, r in running.items() if r.tokens and not r.done]
+    chunks = take_chunks(running, len(decoding), max_step_tokens)
+    work, n_first = run_chunks(engine, running, chunks, step)
+    # (3) decode: one batched step, a token for every other running request
+    contexts = tuple(running[s].length for s in decoding)
+    if decoding:
+        last = [running[s].tokens[-1] for s in decoding]
+        next_tokens = engine.decode(decoding, last)
+        for s, token in zip(decoding, next_tokens, strict=True):
+            running[s].tokens.append(token)
+    # (4) leave: finished requests free their slots (static: all at once)
+    held, done = len(running), [s for s, r in running.items() if r.done]
+    for s in done:
+        if running[s].finish_step < 0:  # static: done earlier, still held
+            running[s].finish_step = step
+    if policy == "continuous" or len(done) == held:
+        for s in done:
+            del running[s]
+    seconds, decoded = time.perf_counter() - start, len(decoding)
+    return StepRecord(step, n_first, decoded, held, seconds, work, contexts)
+
+
+def run_chunks(
+    engine: Any,
+    running: dict[int, RequestRecord],
+    chunks: list[tuple[int, int]],
+    step: int,
+) -> tuple[tuple[tuple[int, int], ...], int]:
+    """[(slot, n_new)] -> ((n_new, n_past) of each chunk, first tokens given).
+
+    Runs one step's prompt chunks, each after the prompt tokens its request
+    has already run; the request whose last chunk runs gets its first token.
+
+    The book shows this in "Continuous batching".
+    """
+    work, n_first = [], 0
+    for slot, n_new in chunks:
+        r = running[slot]
+        past = r.n_prefilled
+        token = engine.prefill(slot, r.prompt_ids[past : past + n_new], past)
+        r.chunks.append((step, n_new))
+        work.append((n_new, past))
+        if past + n_new == len(r.prompt_ids):  # the last chunk: a first token
+            r.admit_step, n_first = step, n_first + 1
+            r.tokens.append(token)
+    return tuple(work), n_first
 
 
 def check_budget(max_step_tokens: Any, max_batch_size: int) -> int:

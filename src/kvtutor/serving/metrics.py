@@ -59,6 +59,11 @@ class RequestRecord:
         return len(self.tokens) == self.max_new_tokens
 
     @property
+    def length(self) -> int:
+        """Tokens of its sequence so far, prompt and new ones (the keys its next decode attends to)."""
+        return len(self.prompt_ids) + len(self.tokens)
+
+    @property
     def n_prefilled(self) -> int:
         """Prompt tokens already run through the model (in the cache)."""
         return sum(n for _, n in self.chunks)

@@ -3,9 +3,12 @@
 Decode computes one query row per step. Speculative decoding (``speculative_generate``) lets a
 cheap draft guess k tokens, and the target checks all of them in one forward pass over k + 1
 query rows, which is a prefill-shaped pass at an offset, so it needs the offset causal mask again.
-Rejected guesses are rolled back with ``cache.truncate``. The drafts here: a small model
-(``ModelDraft``), the target's own first layers (``layer_cut_draft``) and prompt lookup
-(``PromptLookupDraft``), which needs no model.
+Rejected guesses are rolled back with ``cache.truncate``. ``speculative_loop`` is that round,
+repeated; ``speculative_run`` checks the arguments and the draft's proposals around it. The drafts
+here: a small model (``ModelDraft``), the target's own first layers (``layer_cut_draft``), prompt
+lookup (``PromptLookupDraft``), which needs no model, and ``CoinDraft``, which pays a real draft's
+cost but agrees with the target at a rate set in advance (to time the theory on random weights).
+``expected_tokens_per_step`` and ``expected_speedup`` are the theory (Leviathan et al. 2023).
 
 It works with ``NumpyModel`` and ``TorchModel`` alike, one sequence at a time: both make the
 cache with ``new_cache()`` and roll it back with ``truncate``; the one step where they differ
@@ -30,6 +33,8 @@ from .backends import check_empty_cache, check_model, forward_one, is_torch_mode
 __all__ = [
     "speculative_generate",
     "speculative_run",
+    "speculative_loop",
+    "CoinDraft",
     "SpeculativeResult",
     "token_probs",
     "verify_draft",
@@ -60,15 +65,20 @@ def expected_tokens_per_step(a: float, k: int) -> float:
     return float((1.0 - a ** (k + 1)) / (1.0 - a))
 
 
-def expected_speedup(a: float, k: int, c: float) -> float:
-    """a, k, c = draft step cost / target step cost -> E / (k c + 1), the wall-clock speedup.
+def expected_speedup(a: float, k: int, c: float, v: float = 1.0) -> float:
+    """a, k, c = draft step cost / target step cost, v = verify pass cost / target step cost
+    -> E / (k c + v), the wall-clock speed-up over plain decoding.
 
-    A round costs k draft steps and one target pass (assumed to cost one decode step, since
-    k + 1 query rows read the same weights as one) and yields E tokens on average.
+    A round costs k draft steps and one target pass over k + 1 query rows, and yields E tokens on
+    average. Leviathan et al. (2023) take v = 1: the k + 1 rows read the same weights as one, so
+    where decode is memory-bound the pass costs one decode step. Where the arithmetic of the extra
+    rows shows (a CPU), pass the measured v.
     """
     if not c >= 0:
         raise ValueError(f"c: expected a cost ratio >= 0, got {c}")
-    return expected_tokens_per_step(a, k) / (k * c + 1.0)
+    if not v > 0:
+        raise ValueError(f"v: expected a cost ratio > 0, got {v}")
+    return expected_tokens_per_step(a, k) / (k * c + v)
 
 
 # ---------------------------------------------------------------- speculative decoding: one round
@@ -231,6 +241,48 @@ def layer_cut_draft(model: Any, n_layers: int) -> Any:
     return model.first_layers(n_layers)
 
 
+class CoinDraft(ModelDraft):
+    """A draft that agrees with the target at a rate ``a`` set in advance, at a real model's cost.
+
+    Each guess costs one decode step of ``model`` (e.g. ``layer_cut_draft(target, 1)``) on its own
+    cache, as ``ModelDraft``'s do, but the model's logits are thrown away: the guess is the
+    target's own next greedy token, read from ``reference_ids`` (the prompt and the target's
+    greedy continuation, from a plain run beforehand), with probability ``a``, and a wrong token
+    otherwise, by a coin seeded with ``seed``. So under greedy decoding every guess is kept with
+    probability a, independently, which is what ``expected_tokens_per_step`` assumes: a stand-in
+    for a trained draft, to test the cost side of the theory on a model with random weights.
+    """
+
+    def __init__(self, model: Any, reference_ids: Sequence[int], a: float, seed: int = 0) -> None:
+        super().__init__(model)
+        vocab_size = self.model.config.vocab_size
+        self.reference = [int(t) for t in check_token_ids(reference_ids, vocab_size, "reference_ids")]
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+            raise ValueError(f"a: expected an acceptance rate in [0, 1], got {a!r}")
+        self.a = float(a)
+        self.coin = np.random.default_rng(seed)
+
+    def propose(
+        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray | None]:
+        """context -> k guesses, each the reference's next token with probability a, else another."""
+        if k == 0:
+            return [], None
+        if self.cache is None:
+            self.cache = self.model.new_cache()
+        tokens: list[int] = []
+        new = seq[len(self.cache) :]  # the context the draft has not seen yet
+        for i in range(k):
+            forward_one(self.model, new, self.cache)  # the draft's cost; its logits are not used
+            self.calls += 1
+            position = len(seq) + i
+            right = self.reference[position] if position < len(self.reference) else 0
+            wrong = (right + 1) % self.model.config.vocab_size
+            tokens.append(right if self.coin.random() < self.a else wrong)
+            new = tokens[-1:]
+        return tokens, None
+
+
 # ---------------------------------------------------------------- speculative decoding: the loop
 
 
@@ -268,18 +320,19 @@ class SpeculativeResult:
         """New tokens per target pass (1 for plain decoding)."""
         return len(self.tokens) / self.rounds if self.rounds else float("nan")
 
-    def predicted(self, c: float = 0.0, a: float | None = None) -> tuple[float, float]:
-        """c, a (default: the measured rate) -> (tokens per target pass, speed-up) the theory predicts.
+    def predicted(self, c: float = 0.0, a: float | None = None, v: float = 1.0) -> tuple[float, float]:
+        """c, a (default: the measured rate), v -> (tokens per target pass, speed-up) the theory
+        predicts.
 
         The formulas applied round by round, to the number of guesses each round really made:
-        sum E(a, k_r) / rounds and sum E(a, k_r) / sum (k_r c + 1). With k guesses in every
-        round they are E(a, k) and E(a, k) / (k c + 1).
+        sum E(a, k_r) / rounds and sum E(a, k_r) / sum (k_r c + v). With k guesses in every
+        round they are E(a, k) and E(a, k) / (k c + v) (``expected_speedup``).
         """
         a = self.acceptance_rate if a is None else a
         if not self.rounds or math.isnan(a):
             return float("nan"), float("nan")
         tokens = sum(expected_tokens_per_step(a, k) for k in self.proposed)
-        cost = sum(k * c + 1.0 for k in self.proposed)
+        cost = sum(k * c + v for k in self.proposed)
         return tokens / self.rounds, tokens / cost
 
 
@@ -324,6 +377,61 @@ def _as_draft(draft: Any, target_cfg: ModelConfig) -> Draft:
     )
 
 
+def speculative_loop(
+    target: Any,
+    draft: Draft,
+    prompt: list[int],
+    max_new_tokens: int,
+    k: int,
+    temperature: float,
+    rng: np.random.Generator,
+    cache: Any,
+) -> SpeculativeResult:
+    """prompt [T] -> SpeculativeResult: draft k tokens, verify them in one
+    target pass, keep the longest agreeing prefix, roll the cache back.
+
+    Between rounds the target's cache holds every token but the last one.
+
+    The book shows this in "Speculative decoding".
+    """
+    result = SpeculativeResult([], k)
+    seq = list(prompt)
+    while len(result.tokens) < max_new_tokens:
+        k_round = min(k, max_new_tokens - len(result.tokens) - 1)
+        guesses, q_KV = draft.propose(seq, k_round, temperature, rng)
+        if not result.tokens and len(prompt) > 1:
+            # prefill; the last prompt token opens the first round
+            forward_one(target, prompt[:-1], cache)
+        # one target pass over k + 1 query rows: the last token and the guesses
+        logits_TV = forward_one(target, [seq[-1], *guesses], cache)
+        p_TV = token_probs(logits_TV, temperature)
+        kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
+        new = [*guesses[:kept], next_token]
+        seq += new
+        result.tokens += new
+        result.proposed.append(len(guesses))
+        result.accepted.append(kept)
+        # forget the K/V rows of the rejected guesses
+        cache.truncate(len(seq) - 1)
+        draft.rollback(len(seq) - 1)
+    return result
+
+
+class _CheckedDraft:
+    """A draft whose proposals are checked (``_check_proposal``) before the target sees them."""
+
+    def __init__(self, draft: Draft, vocab_size: int) -> None:
+        self.draft, self.vocab_size = draft, vocab_size
+
+    def propose(
+        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray | None]:
+        return _check_proposal(self.draft.propose(seq, k, temperature, rng), k, self.vocab_size)
+
+    def rollback(self, length: int) -> None:
+        self.draft.rollback(length)
+
+
 def speculative_run(
     target: Any,
     draft: Any,
@@ -334,15 +442,12 @@ def speculative_run(
     seed: int | None = None,
     cache: Any = None,
 ) -> SpeculativeResult:
-    """prompt [T] -> SpeculativeResult: ``speculative_generate`` with what each
-    round proposed and kept.
+    """prompt [T] -> SpeculativeResult: ``speculative_generate`` with what each round proposed and
+    kept, its time and the draft's forward passes.
 
-    The target's cache holds every token but the last one between rounds; a
-    round feeds that token and the k guesses as one block of k + 1 query rows,
-    then truncates the cache back to the tokens it kept. ``cache`` (optional,
-    empty) is the target's, to inspect afterwards.
-
-    The book shows this in "Speculative decoding".
+    Checks every argument, then runs ``speculative_loop``; a draft's proposals are checked before
+    the target sees them, and a call that fails part-way leaves the cache empty, as it came.
+    ``cache`` (optional, empty) is the target's, to inspect afterwards.
     """
     target_cfg = check_model(target, "target")
     drafter = _as_draft(draft, target_cfg)
@@ -351,9 +456,7 @@ def speculative_run(
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k: expected an int, got {type(k).__name__}")
     if k < 0:
-        raise ValueError(
-            f"k: expected an int >= 0 (0 = plain decoding), got {k}",
-        )
+        raise ValueError(f"k: expected an int >= 0 (0 = plain decoding), got {k}")
     temperature = check_temperature(temperature)
     cache_given = cache is not None
     if cache is None:
@@ -361,40 +464,19 @@ def speculative_run(
     else:
         check_empty_cache(target, cache)
     limit = "the cache's capacity" if cache_given else "max_seq_len"
-    n_new, n_prompt = max_new_tokens, len(prompt)
-    check_max_new_tokens(n_new, n_prompt, cache.capacity, limit)
+    check_max_new_tokens(max_new_tokens, len(prompt), cache.capacity, limit)
     if isinstance(drafter, ModelDraft):
         draft_max_len = drafter.model.config.max_seq_len
-        draft_limit = "the draft's max_seq_len"
-        check_max_new_tokens(n_new, n_prompt, draft_max_len, draft_limit)
+        check_max_new_tokens(max_new_tokens, len(prompt), draft_max_len, "the draft's max_seq_len")
+    if max_new_tokens == 0:
+        return SpeculativeResult([], int(k))
     rng = np.random.default_rng(seed)
-    result = SpeculativeResult([], int(k))
     start = time.perf_counter()
-    seq = list(prompt)
     try:
-        while len(result.tokens) < max_new_tokens:
-            k_round = min(k, max_new_tokens - len(result.tokens) - 1)
-            proposal = drafter.propose(seq, k_round, temperature, rng)
-            vocab = target_cfg.vocab_size
-            guesses, q_KV = _check_proposal(proposal, k_round, vocab)
-            if not result.tokens and len(prompt) > 1:
-                # prefill; the last prompt token opens the first round
-                forward_one(target, prompt[:-1], cache)
-            # one target pass over k + 1 query rows: the last token and the
-            # guesses after it
-            logits_TV = forward_one(target, [seq[-1], *guesses], cache)
-            p_TV = token_probs(logits_TV, temperature)
-            kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
-            new = [*guesses[:kept], next_token]
-            seq += new
-            result.tokens += new
-            # forget the K/V rows of rejected guesses
-            cache.truncate(len(seq) - 1)
-            drafter.rollback(len(seq) - 1)
-            result.proposed.append(len(guesses))
-            result.accepted.append(kept)
+        checked = _CheckedDraft(drafter, target_cfg.vocab_size)
+        result = speculative_loop(target, checked, prompt, max_new_tokens, int(k), temperature, rng, cache)
     except (TypeError, ValueError):
-        # a draft that fails later: the cache is left empty, as it came
+        # a draft that fails part-way: the cache is left empty, as it came
         cache.truncate(0)
         raise
     result.seconds = time.perf_counter() - start
