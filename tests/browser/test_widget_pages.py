@@ -10,8 +10,7 @@ and typed configs (GQA, MLA) what ``kv_memory`` gives for them. No console error
 
 Two kinds of page: one written here to a temporary folder with the widgets' JavaScript, CSS and
 exported HTML (opened from disk, file://, so it runs without a built book), and the built chapters
-(_build/html/book/decode.html, kv_memory.html and their zh/ copies), skipped while they hold no
-widget yet.
+(_build/html/book/decode.html, kv_memory.html and their zh/ copies, through the local server).
 """
 
 from __future__ import annotations
@@ -442,11 +441,10 @@ BUILT = {"book/decode": "cache-stepper", "book/kv_memory": "kv-calculator"}
 def test_widgets_in_the_built_book(name: str, edition: str, trace, request) -> None:
     path = HTML / f"{edition}{name}.html"
     if not path.is_file():
-        pytest.skip(f"no built {path.relative_to(ROOT)}: run `make book`")
-    if f'data-kvtutor-widget="{BUILT[name]}"' not in path.read_text(encoding="utf-8"):
-        pytest.skip(
-            f"{path.relative_to(ROOT)} has no {BUILT[name]} container yet (the cell is not in the chapter)"
-        )
+        pytest.fail(f"no built {path.relative_to(ROOT)}: run `make book` first (or `make browser`)")
+    assert f'data-kvtutor-widget="{BUILT[name]}"' in path.read_text(encoding="utf-8"), (
+        f"{path.relative_to(ROOT)} has no {BUILT[name]} widget: its cell left the chapter"
+    )
     site, context = request.getfixturevalue("site"), request.getfixturevalue("browser_context")
     with opened(context, f"{site}/{edition}{name}.html") as (page, problems):
         lang = "zh" if edition else "en"

@@ -86,21 +86,8 @@ def prefill_in_chunks(
 
     The book shows this in "Continuous batching".
     """
-    cfg = check_model(model, "model")
-    model.check_cache(cache)
-    if is_torch_model(model) and cache.batch_size != 1:
-        raise ValueError(
-            f"cache: expected a cache of batch size 1, got {cache.batch_size}"
-        )  # fmt: skip
-    prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
-    chunk_size = check_int("chunk_size", chunk_size, 1)
+    prompt, chunk_size = _check_chunked(model, prompt_ids, cache, chunk_size)
     held = len(cache)
-    # refuse before any chunk is written
-    if held + len(prompt) > cache.capacity:
-        raise ValueError(
-            f"prompt_ids: {len(prompt)} tokens after {held} cached ones "
-            f"exceed the capacity {cache.capacity}"
-        )  # fmt: skip
     try:
         for start in range(0, len(prompt), chunk_size):
             chunk = [int(t) for t in prompt[start : start + chunk_size]]
@@ -109,6 +96,22 @@ def prefill_in_chunks(
         cache.truncate(held)
         raise
     return logits_CV
+
+
+def _check_chunked(model: Any, prompt_ids: Any, cache: Any, chunk_size: Any) -> tuple[np.ndarray, int]:
+    """``prefill_in_chunks``'s checks, all before any chunk is written."""
+    cfg = check_model(model, "model")
+    model.check_cache(cache)
+    if is_torch_model(model) and cache.batch_size != 1:
+        raise ValueError(f"cache: expected a cache of batch size 1, got {cache.batch_size}")
+    prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
+    chunk_size = check_int("chunk_size", chunk_size, 1)
+    if len(cache) + len(prompt) > cache.capacity:
+        raise ValueError(
+            f"prompt_ids: {len(prompt)} tokens after {len(cache)} cached ones "
+            f"exceed the capacity {cache.capacity}"
+        )
+    return prompt, chunk_size
 
 
 def check_empty_cache(model: Any, cache: Any, name: str = "cache") -> None:
