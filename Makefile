@@ -25,6 +25,10 @@ JOBS    ?= auto
 # Notebooks run the same way for nbval and `make notebooks`: inline figures (no MPLBACKEND), fixed
 # hashing, and single-threaded OpenBLAS (same summation order everywhere, no oversubscription).
 NBENV   := env -u MPLBACKEND PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1
+# ... and the Chinese edition complete: a word of a figure or a printed table with no Chinese in
+# kvtutor/book/labels.py, or no CJK font to draw it, is an error (kvtutor.book.editions). A reader's
+# run (`make standalone`, Colab) is not strict: it draws what it cannot translate in English.
+STRICT_ZH := KVTUTOR_STRICT_ZH=1
 
 SHELL       := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -33,7 +37,7 @@ SHELL       := bash
 .NOTPARALLEL:
 .DELETE_ON_ERROR:
 
-.PHONY: help install lint unit nbval standalone book chromium browser test notebooks serve bench clean \
+.PHONY: help install lint unit nbval standalone book font chromium browser test notebooks serve bench clean \
 	distclean constraints i18n-update
 
 help:  ## list the targets
@@ -89,8 +93,8 @@ unit: $(STAMP)  ## unit, property and parity tests (everything but tests/browser
 
 # Run from inside book/ so that copies under _build/ can never be collected. A notebook's cells
 # share one kernel, so `--dist loadfile` keeps each notebook in one worker, in order.
-nbval: $(STAMP)  ## re-run every chapter and compare with its stored outputs (strict nbval)
-	cd book && $(NBENV) $(abspath $(BIN))/pytest --nbval --nbval-current-env \
+nbval: $(STAMP) font  ## re-run every chapter and compare with its stored outputs (strict nbval)
+	cd book && $(NBENV) $(STRICT_ZH) $(abspath $(BIN))/pytest --nbval --nbval-current-env \
 	  --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -n $(JOBS) --dist loadfile .
 
 $(MATHJAX)/tex-mml-chtml.js: $(STAMP)
@@ -122,20 +126,30 @@ book: $(STAMP) $(MATHJAX)/tex-mml-chtml.js  ## build the HTML book, English in _
 i18n-update: $(STAMP)  ## extract the English text's messages and merge them into the Chinese catalogs (locales/zh_CN)
 	$(PY) tools/i18n.py update $(if $(PAGES),--pages $(PAGES))
 
+# The Chinese figures are drawn in a CJK font that matplotlib can use; the lookup ($$KVTUTOR_CJK_FONT,
+# else WenQuanYi Zen Hei, Noto Sans CJK, Source Han Sans, PingFang, Heiti, Microsoft YaHei, SimHei,
+# else what fontconfig lists for Chinese) is kvtutor.book.editions.cjk_font. As root with apt-get,
+# Debian's fonts-wqy-zenhei is installed if none is found; without one, a one-line error.
+font: $(STAMP)  ## find a CJK font for the Chinese figures (as root with apt-get: install fonts-wqy-zenhei)
+	@if ! $(PY) -m kvtutor.book.editions font >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+	    && command -v apt-get >/dev/null; then \
+	  echo "apt-get update && apt-get install -y fonts-wqy-zenhei"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q fonts-wqy-zenhei; \
+	fi
+	@$(PY) -m kvtutor.book.editions font
+
 # The browser check drives an installed Chromium or Chrome, never a downloaded one; the lookup
 # ($$KVTUTOR_CHROMIUM, then PATH, then the macOS apps) lives in tests/browser/chromium.py.
-# As root with apt-get, Debian's chromium and a CJK font (for the glossary) are installed if missing.
-chromium: $(STAMP)  ## find Chromium or Chrome (as root with apt-get: install chromium and a CJK font)
-	@missing=""; \
-	$(PY) tests/browser/chromium.py >/dev/null 2>&1 || missing="chromium"; \
-	fc-list 2>/dev/null | grep -i wqy >/dev/null || missing="$${missing:+$$missing }fonts-wqy-zenhei"; \
-	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "apt-get update && apt-get install -y $$missing"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
-	elif [ "$$missing" = fonts-wqy-zenhei ]; then \
-	  echo "note: no CJK font (Debian's fonts-wqy-zenhei): the glossary's Chinese shows as boxes" \
-	       "in screenshots" >&2; \
+# As root with apt-get, Debian's chromium is installed if missing; the CJK font (`make font`) draws
+# the Chinese edition's text in the browser too.
+chromium: $(STAMP) font  ## find Chromium or Chrome (as root with apt-get: install chromium)
+	@if ! $(PY) tests/browser/chromium.py >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+	    && command -v apt-get >/dev/null; then \
+	  echo "apt-get update && apt-get install -y chromium"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	fi; \
+	fc-list :lang=zh-cn 2>/dev/null | grep -q . || echo "note: fontconfig lists no Chinese font:" \
+	  "the browser draws the Chinese edition's text as boxes" >&2; \
 	browser=$$($(PY) tests/browser/chromium.py); echo "browser: $$browser"
 
 browser: book chromium  ## open every chapter in headless Chromium and check it
@@ -158,12 +172,15 @@ test: chromium lint unit nbval standalone book browser  ## everything CI runs, i
 $(KERNEL): $(STAMP)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name 'Python 3 (ipykernel)'
 
-notebooks: $(KERNEL)  ## re-execute every book/*.ipynb in place and store the outputs
-	$(NBENV) JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter nbconvert \
+# A figure's formatter cannot fail its cell (IPython stores what it raised as an error output), so
+# the last step names any EditionError the run stored and fails.
+notebooks: $(KERNEL) font  ## re-execute every book/*.ipynb in place and store the outputs
+	$(NBENV) $(STRICT_ZH) JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter nbconvert \
 	  --to notebook --execute --inplace --ExecutePreprocessor.kernel_name=python3 \
 	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.store_widget_state=False book/*.ipynb
 	$(PY) tools/clean_outputs.py book/*.ipynb
+	$(PY) -m kvtutor.book.editions check book/*.ipynb
 
 serve:  ## serve the built book on http://127.0.0.1:$(PORT)/ (after `make book`)
 	@test -f $(HTML)/index.html || { echo "no $(HTML)/index.html: run 'make book' first" >&2; exit 1; }

@@ -1,20 +1,45 @@
-"""Small helpers for the book's notebooks: a reproducible setup and showing the package's source."""
+"""Small helpers for the book's notebooks: a reproducible setup (which makes figures display in both
+editions, ``kvtutor.book.editions``), showing the package's source, and tables printed in both
+editions (``table``, ``markdown_table``: the English Markdown, and HTML with the Chinese cells from
+``kvtutor.book.labels``)."""
 
 from __future__ import annotations
 
+import html
 import inspect
 import random
 import re
 import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..text import TEXT_WIDTH
+from .editions import EDITION_CSS, missing, register_figure_formatter
+from .labels import translate
+
+__all__ = [
+    "setup_notebook",
+    "GLUE_PREFIX",
+    "GLUE_FORMAT",
+    "glue",
+    "shown",
+    "source",
+    "show_source",
+    "shape_str",
+    "without_pragmas",
+    "without_chapter_tag",
+    "Table",
+    "table",
+    "markdown_table",
+]
 
 
 def setup_notebook(seed: int = 0) -> None:
-    """Seed every generator and fix print options, so stored outputs are reproducible."""
+    """Seed every generator and fix print options, so stored outputs are reproducible; in a
+    notebook with inline figures, figures display in both editions (``editions.figure_html``)."""
     random.seed(seed)
     np.random.seed(seed)
     np.set_printoptions(precision=3, suppress=True, linewidth=TEXT_WIDTH, floatmode="fixed")
@@ -29,6 +54,7 @@ def setup_notebook(seed: int = 0) -> None:
     except ImportError:
         return
     mpl.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (6.4, 3.6)})
+    register_figure_formatter()
 
 
 # myst-nb's glue format: a value glued with display=False is stored under these MIME types, which
@@ -120,3 +146,146 @@ def show_source(*objs: Any) -> Any:
 def shape_str(arr: Any) -> str:
     """'[3, 8]' for an array of shape (3, 8)."""
     return "[" + ", ".join(str(n) for n in np.shape(arr)) + "]"
+
+
+# ---------------------------------------------------------------- tables
+
+_ALIGN = {":-": "text-left", "-:": "text-right", "::": "text-center"}
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _inline(cell: str) -> str:
+    """A cell's Markdown (``**bold**``, ``code``) as HTML, everything else escaped."""
+    out = html.escape(cell, quote=False)
+    out = _CODE.sub(r"<code>\1</code>", out)
+    return _BOLD.sub(r"<strong>\1</strong>", out)
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str]) -> str:
+    """The table as Sphinx writes a Markdown table in the book's theme (the same classes)."""
+
+    def row(cells: Sequence[str], tag: str, parity: str) -> str:
+        extra = "head " if tag == "th" else ""
+        out = []
+        for cell, side in zip(cells, align, strict=True):
+            cls = f"{extra}{_ALIGN.get(side, '')}".strip()
+            attr = f' class="{cls}"' if cls else ""
+            out.append(f"<{tag}{attr}><p>{_inline(cell)}</p></{tag}>")
+        return f'<tr class="row-{parity}">' + "".join(out) + "</tr>"
+
+    body = "".join(row(r, "td", "even" if i % 2 == 0 else "odd") for i, r in enumerate(rows))
+    return (
+        '<div class="pst-scrollable-table-container"><table class="table">'
+        f"<thead>{row(header, 'th', 'odd')}</thead><tbody>{body}</tbody></table></div>"
+    )
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table in both editions: ``markdown`` (English) is the text/markdown nbval compares and
+    the plain text; the HTML holds the English and the Chinese table (``EDITION_CSS``)."""
+
+    markdown: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    align: tuple[str, ...]
+    zh_header: tuple[str, ...]
+    zh_rows: tuple[tuple[str, ...], ...]
+
+    @property
+    def html(self) -> str:
+        return (
+            f"<style>{EDITION_CSS}</style>"
+            f'<div class="kvt-lang-en">{_html_table(self.header, self.rows, self.align)}</div>'
+            f'<div class="kvt-lang-zh">{_html_table(self.zh_header, self.zh_rows, self.align)}</div>'
+        )
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        return self.markdown
+
+
+def _chinese(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    zh_header: Sequence[str] | None,
+    zh_rows: Sequence[Sequence[Any]] | None,
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """The Chinese header and rows: those given, else each cell through ``labels.translate``
+    (the untranslated named together: an EditionError in strict mode)."""
+    left: list[str] = []
+
+    def cell(s: str) -> str:
+        out = translate(s)
+        if out is None:
+            left.append(s)
+            return s
+        return out
+
+    zh_h = tuple(str(c) for c in zh_header) if zh_header is not None else tuple(cell(c) for c in header)
+    if zh_rows is not None:
+        zh_r = tuple(tuple(str(c) for c in r) for r in zh_rows)
+    else:
+        zh_r = tuple(tuple(cell(c) for c in r) for r in rows)
+    if len(zh_h) != len(header) or [len(r) for r in zh_r] != [len(r) for r in rows]:
+        raise ValueError("zh_header and zh_rows must have the shape of header and rows")
+    missing(left, "Chinese table " + repr(" | ".join(header)))
+    return zh_h, zh_r
+
+
+def table(
+    header: Sequence[Any],
+    rows: Iterable[Sequence[Any]],
+    *,
+    align: Sequence[str] | None = None,
+    zh_header: Sequence[Any] | None = None,
+    zh_rows: Sequence[Sequence[Any]] | None = None,
+) -> Table:
+    """A table of ``rows`` under ``header`` (cells printed with ``str``) in both editions.
+
+    The Markdown is written as ``| a | b |`` lines under a ``| --- |`` rule (``align``: one of
+    "---", ":--", "--:", ":-:" per column, as in Markdown). The Chinese cells are
+    ``zh_header`` and ``zh_rows`` where given, else the English ones through
+    ``kvtutor.book.labels``.
+    """
+    head = tuple(str(c) for c in header)
+    body = tuple(tuple(str(c) for c in r) for r in rows)
+    sides = tuple(align) if align is not None else ("---",) * len(head)
+    if len(sides) != len(head) or any(len(r) != len(head) for r in body):
+        raise ValueError(f"every row and align need {len(head)} cells, one per header cell")
+    lines = ["| " + " | ".join(head) + " |", "|" + "".join(f" {a} |" for a in sides)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    zh_h, zh_r = _chinese(head, body, zh_header, zh_rows)
+    return Table("\n".join(lines), head, body, tuple(_side(a) for a in sides), zh_h, zh_r)
+
+
+def _side(rule: str) -> str:
+    """':---:' -> '::', '---:' -> '-:', ':---' -> ':-', '---' -> '--'."""
+    rule = rule.strip()
+    return rule[0] + rule[-1] if len(rule) >= 2 else "--"
+
+
+def _cells(line: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in line.strip().removeprefix("|").removesuffix("|").split("|"))
+
+
+def markdown_table(
+    text: str, *, zh_header: Sequence[Any] | None = None, zh_rows: Sequence[Sequence[Any]] | None = None
+) -> Table:
+    """``table`` from a Markdown table as code writes it (header, rule, rows); its Markdown is
+    ``text`` itself, so a stored text/markdown output stays as it was."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if len(lines) < 2 or not set(lines[1]) <= set("|:- "):
+        raise ValueError("a Markdown table needs a header line and a rule line (|---|---:|)")
+    head, sides = _cells(lines[0]), tuple(_side(a) for a in _cells(lines[1]))
+    body = tuple(_cells(line) for line in lines[2:])
+    if len(sides) != len(head) or any(len(r) != len(head) for r in body):
+        raise ValueError(f"every line of the table needs {len(head)} cells")
+    zh_h, zh_r = _chinese(head, body, zh_header, zh_rows)
+    return Table(text, head, body, sides, zh_h, zh_r)

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+# EDITION_CSS: which drawing a page shows (the Chinese one where <html lang> is Chinese)
+from ..book.editions import EDITION_CSS
 from .style import BLUE, DARK, DECODE_COLOR, EMPTY_COLOR, GREEN, PROMPT_COLOR, PURPLE
 
 if TYPE_CHECKING:
@@ -532,11 +534,6 @@ def _add(x: float, y: float) -> str:
 
 
 # ---------------------------------------------------------------- both editions
-
-#: Which of the two drawings a page shows: the Chinese one on pages whose <html lang> is Chinese
-#: (the Chinese edition's is "zh-CN"), the English one elsewhere. The book's stylesheet
-#: (book/_static/kvtutor.css) holds the same rules; the copy in each output serves Jupyter.
-EDITION_CSS = 'html:not([lang^="zh"]) .kvt-lang-zh, html[lang^="zh"] .kvt-lang-en { display: none; }'
 
 
 @dataclass(frozen=True)
