@@ -90,7 +90,23 @@ def outputs() -> str:
 def opened(context, url: str):
     problems: list[str] = []
     page = context.new_page()
-    page.on("console", lambda m: problems.append(f"console error: {m.text}") if m.type == "error" else None)
+    # a failed load is reported with its URL below; the browser's own favicon.ico request is not ours
+    page.on(
+        "console",
+        lambda m: (
+            problems.append(f"console error: {m.text}")
+            if m.type == "error" and not m.text.startswith("Failed to load resource")
+            else None
+        ),
+    )
+    page.on(
+        "response",
+        lambda r: (
+            problems.append(f"{r.status}: {r.url}")
+            if r.status >= 400 and not r.url.endswith("/favicon.ico")
+            else None
+        ),
+    )
     page.on("pageerror", lambda e: problems.append(f"error: {e}"))
     page.goto(url, wait_until="load")
     try:
