@@ -7,6 +7,7 @@ downloads a browser: Playwright drives the Chromium or Chrome that chromium.py f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import importlib.util
@@ -76,9 +77,9 @@ def site() -> Iterator[str]:
         thread.join()
 
 
-@pytest.fixture(scope="session")
-def browser_context(site: str) -> Iterator[object]:
-    """A headless Chromium context with a fresh, throwaway profile."""
+@contextlib.contextmanager
+def chromium_context() -> Iterator[object]:
+    """A headless Chromium context with a fresh, throwaway profile (never a downloaded browser)."""
     try:
         executable = chromium.find_chromium()
     except chromium.ChromiumNotFound as exc:
@@ -100,3 +101,22 @@ def browser_context(site: str) -> Iterator[object]:
             yield context
         finally:
             context.close()
+
+
+@pytest.fixture(scope="session")
+def browser_context(site: str) -> Iterator[object]:
+    """The built book's browser context (served by ``site``)."""
+    with chromium_context() as context:
+        yield context
+
+
+@pytest.fixture(scope="session")
+def file_context(request: pytest.FixtureRequest) -> Iterator[object]:
+    """A context for pages opened from disk: ``browser_context`` when the book is built (one
+    Playwright per process: its sync API refuses a second), else one of its own, so that those
+    pages are checked without a built book."""
+    if (HTML / "index.html").is_file():
+        yield request.getfixturevalue("browser_context")
+        return
+    with chromium_context() as context:
+        yield context

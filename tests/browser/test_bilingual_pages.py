@@ -12,9 +12,7 @@ and on every English page its English one.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import re
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -32,11 +30,6 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 CSS = ROOT / "book" / "_static" / "kvtutor.css"
-_spec = importlib.util.spec_from_file_location(
-    "_kvtutor_bilingual_conftest", Path(__file__).with_name("conftest.py")
-)
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
 LANGS = {"en": "en", "zh": "zh-CN"}
 
 SHOWN = """() => Array.from(document.querySelectorAll('.kvt-lang-en, .kvt-lang-zh')).map((part) => {
@@ -48,30 +41,6 @@ SHOWN = """() => Array.from(document.querySelectorAll('.kvt-lang-en, .kvt-lang-z
           fits: img ? img.getBoundingClientRect().width >= Math.min(img.naturalWidth, box.width) - 1 : true,
           src: img ? img.src : '', alt: img ? img.alt : ''};
 })"""
-
-
-@pytest.fixture(scope="module")
-def file_context(request):
-    """conftest's Chromium context when the book is built (one Playwright per process), else one
-    of its own, so that these pages are checked without a built book."""
-    if (HTML / "index.html").is_file():
-        yield request.getfixturevalue("browser_context")
-        return
-    try:
-        executable = _conftest.chromium.find_chromium()
-    except _conftest.chromium.ChromiumNotFound as exc:
-        pytest.fail(f"{exc} (or run `make chromium`; never `playwright install`)", pytrace=False)
-    from playwright.sync_api import sync_playwright
-
-    with tempfile.TemporaryDirectory(prefix="kvtutor-chromium-") as profile, sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            profile, executable_path=executable, headless=True, args=_conftest.CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
-        )  # fmt: skip
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,9 @@ exported HTML (opened from disk, file://, so it runs without a built book), and 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -38,12 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 STATIC = ROOT / "book" / "_static" / "widgets"
 SCRIPTS = ("kv-widgets.js", "kv-stepper.js", "kv-calculator.js")  # the order of html_js_files
-# The browser and its flags, as conftest.py sets them up for the built book.
-_spec = importlib.util.spec_from_file_location(
-    "_kvtutor_browser_conftest", Path(__file__).with_name("conftest.py")
-)
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
 # Sphinx 7 writes sphinx-thebe's inline config twice (see KNOWN_PAGE_ERRORS in test_browser.py).
 KNOWN_PAGE_ERRORS = {"Identifier 'THEBE_JS_URL' has already been declared"}
 LANGS = {"en": "en", "zh": "zh-CN"}
@@ -92,31 +84,6 @@ def cli_json(*argv: str) -> dict:
 
 
 # ---------------------------------------------------------------- pages and the browser
-
-
-@pytest.fixture(scope="module")
-def file_context(request):
-    """A headless Chromium context for pages opened from disk: conftest's when the book is built
-    (one Playwright per process: its sync API refuses a second), else one of its own, so that these
-    pages are checked without a built book."""
-    if (HTML / "index.html").is_file():
-        yield request.getfixturevalue("browser_context")
-        return
-    try:
-        executable = _conftest.chromium.find_chromium()
-    except _conftest.chromium.ChromiumNotFound as exc:
-        pytest.fail(f"{exc} (or run `make chromium`; never `playwright install`)", pytrace=False)
-    from playwright.sync_api import sync_playwright
-
-    with tempfile.TemporaryDirectory(prefix="kvtutor-chromium-") as profile, sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            profile, executable_path=executable, headless=True, args=_conftest.CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
-        )  # fmt: skip
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 def widget_page(folder: Path, lang: str) -> Path:
