@@ -62,11 +62,16 @@ def plot_decode_throughput(batch_B: Any, tokens_per_s_B: Any, title: str = "") -
     ideal = rate_B[0] / batch_B[0] * batch_B
     ax.plot(batch_B, ideal, ls="--", color="grey", label="ideal: B x (tokens/s of one row)")
     ax.plot(batch_B, rate_B, "o-", color=DECODE_COLOR, lw=2, label="measured decode step")
+    return _batch_axes(fig, ax, batch_B, "tokens per second", title, y_base=10)
+
+
+def _batch_axes(fig: Figure, ax: Any, batch_B: np.ndarray, ylabel: str, title: str, y_base: int) -> Figure:
+    """The axes of a tokens/s-against-batch figure: log scales, one tick per batch size."""
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    ax.set_yscale("log", base=y_base)
     ax.set_xticks(batch_B, [str(int(b)) for b in batch_B])
     ax.set_xlabel("batch size B (query rows stacked in one decode step)")
-    ax.set_ylabel("tokens per second")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     if title:
@@ -91,17 +96,7 @@ def plot_batch_gain(series: Mapping[str, tuple[Any, Any]], title: str = "") -> F
                 color=SERIES_COLORS[j % len(SERIES_COLORS)], label=str(label))  # fmt: skip
         largest = batch_B if batch_B.max() > largest.max() else largest
     ax.plot(largest, largest, ls="--", color="grey", label="ideal: B times the tokens/s of B = 1")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xticks(largest, [str(int(b)) for b in largest])
-    ax.set_xlabel("batch size B (query rows stacked in one decode step)")
-    ax.set_ylabel("tokens per second / tokens per second at B = 1")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return _batch_axes(fig, ax, largest, "tokens per second / tokens per second at B = 1", title, y_base=2)
 
 
 def plot_schedules(traces: Sequence[ServingTrace]) -> Figure:

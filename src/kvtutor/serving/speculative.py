@@ -168,7 +168,8 @@ class ModelDraft:
     def propose(
         self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
     ) -> tuple[list[int], np.ndarray | None]:
-        """context -> k tokens sampled from the draft (its argmax at temperature 0), probs [k,V]."""
+        """context -> k tokens, one decode step of the draft each (``guess`` picks the token), and
+        their probabilities [k,V] (None when the guesses are not drawn from the draft's own)."""
         if k == 0:
             return [], None
         if self.cache is None:
@@ -176,15 +177,23 @@ class ModelDraft:
         tokens: list[int] = []
         q_rows = []
         new = seq[len(self.cache) :]  # the context the draft has not seen yet
-        for _ in range(k):
+        for i in range(k):
             logits_TV = forward_one(self.model, new, self.cache)
             self.calls += 1
-            q_V = token_probs(logits_TV[-1:], temperature)[0]
-            tokens.append(_draw(q_V, rng))
+            token, q_V = self.guess(logits_TV[-1:], len(seq) + i, temperature, rng)
+            tokens.append(token)
             q_rows.append(q_V)
             new = tokens[-1:]
         # the last guess is not fed to the draft: if it is accepted, the next round feeds it
-        return tokens, np.stack(q_rows)
+        return tokens, None if q_rows[0] is None else np.stack(q_rows)
+
+    def guess(
+        self, logits_1V: Any, position: int, temperature: float, rng: np.random.Generator
+    ) -> tuple[int, np.ndarray | None]:
+        """The token for ``position`` from the draft's logits: sampled (its argmax at temperature
+        0), with the probabilities [V] it was drawn from."""
+        q_V = token_probs(logits_1V, temperature)[0]
+        return _draw(q_V, rng), q_V
 
     def rollback(self, length: int) -> None:
         if self.cache is not None and len(self.cache) > length:
@@ -262,25 +271,14 @@ class CoinDraft(ModelDraft):
         self.a = float(a)
         self.coin = np.random.default_rng(seed)
 
-    def propose(
-        self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
-    ) -> tuple[list[int], np.ndarray | None]:
-        """context -> k guesses, each the reference's next token with probability a, else another."""
-        if k == 0:
-            return [], None
-        if self.cache is None:
-            self.cache = self.model.new_cache()
-        tokens: list[int] = []
-        new = seq[len(self.cache) :]  # the context the draft has not seen yet
-        for i in range(k):
-            forward_one(self.model, new, self.cache)  # the draft's cost; its logits are not used
-            self.calls += 1
-            position = len(seq) + i
-            right = self.reference[position] if position < len(self.reference) else 0
-            wrong = (right + 1) % self.model.config.vocab_size
-            tokens.append(right if self.coin.random() < self.a else wrong)
-            new = tokens[-1:]
-        return tokens, None
+    def guess(
+        self, logits_1V: Any, position: int, temperature: float, rng: np.random.Generator
+    ) -> tuple[int, np.ndarray | None]:
+        """The reference's token at ``position`` with probability a, else another; the draft's
+        logits (its step is the cost) are not used."""
+        right = self.reference[position] if position < len(self.reference) else 0
+        wrong = (right + 1) % self.model.config.vocab_size
+        return (right if self.coin.random() < self.a else wrong), None
 
 
 # ---------------------------------------------------------------- speculative decoding: the loop
