@@ -1,6 +1,7 @@
-"""Serving, chunked prefill and speculative decoding take every model of kvtutor: GPT-2 and the
-Llama-style model, in NumPy and in torch. Each gives every request exactly the tokens that the
-model's own greedy decoding gives it alone.
+"""Serving, chunked prefill, speculative decoding, windows, prefix caching and int8 caches take
+every model of kvtutor: GPT-2 and the Llama-style model, in NumPy and in torch. Each gives every
+request exactly the tokens that the model's own greedy decoding gives it alone (an int8 cache:
+within its rounding, and a torch model exactly its NumPy twin's).
 
 The torch twins run in float64: a batched and a single-row matmul may round differently, and in
 float64 that never flips an argmax.
@@ -71,8 +72,11 @@ def test_every_model_is_one_of_the_two_bases():
             assert method in vars(base)
     assert "first_layers" in vars(NumpyDecoder) and "first_layers" in vars(TorchDecoder)
     assert "first_layers" not in vars(kvtutor.NumpyModel) and "first_layers" not in vars(LlamaModel)
-    assert "first_layers" not in vars(TorchLlamaModel)  # TorchModel's also cuts its fused weights
-    assert "decode_step" not in vars(TorchLlamaModel)  # TorchModel's adds the fused fast path
+    for method in ("first_layers", "decode_step", "generate", "compile_decode", "_run"):
+        assert method in vars(TorchDecoder), method
+        assert all(method not in vars(cls) for cls in (kvtutor.TorchModel, TorchLlamaModel)), method
+    for cls in (kvtutor.TorchModel, TorchLlamaModel):  # what each family supplies: its own pass
+        assert "run_pass" in vars(cls)
 
 
 requests_strategy = st.lists(
@@ -134,9 +138,8 @@ from kvtutor.caches.paged import PagedKVPool  # noqa: E402
 from kvtutor.caches.prefix import PrefixCachingPool  # noqa: E402
 from kvtutor.caches.quant import QuantizedKVCache  # noqa: E402
 from kvtutor.caches.window import SlidingWindowKVCache  # noqa: E402
-from kvtutor.serving.backends import prefill_in_chunks  # noqa: E402
+from kvtutor.serving.backends import forward_one, prefill_in_chunks  # noqa: E402
 
-NUMPY_MODELS = ["gpt2-numpy", "llama-numpy"]
 TORCH_MODELS = ["gpt2-torch", "llama-torch"]
 
 
@@ -156,48 +159,116 @@ def test_chunked_prefill_gives_the_logits_of_one_prefill(name, prompt, chunk):
     assert len(cache) == len(prompt) if name.endswith("numpy") else cache.host_lengths == [len(prompt)]
 
 
-@pytest.mark.parametrize("name", NUMPY_MODELS)
+def greedy(model, prompt: list[int], n_new: int, cache) -> list[int]:
+    """``n_new`` greedy tokens of any model through ``cache`` (one prefill, then one token a pass)."""
+    tokens = [int(np.argmax(forward_one(model, prompt, cache)[-1]))]
+    while len(tokens) < n_new:
+        tokens.append(int(np.argmax(forward_one(model, [tokens[-1]], cache)[-1])))
+    return tokens
+
+
+@pytest.mark.parametrize("name", MODELS)
 @settings(max_examples=10, deadline=None)
 @given(prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=8), n_new=st.integers(1, 8))
 def test_a_window_that_holds_everything_and_a_prefix_cache_give_the_tokens_alone(name, prompt, n_new):
     """A window as long as the sequence evicts nothing; a prefix-cached sequence, filled by one
-    request and reused by a second, computes only what it misses: both give the model's tokens."""
+    request and reused by a second, computes only what it misses: both give the model's tokens,
+    in NumPy and in torch (a torch model runs the NumPy cache as a batch of one)."""
     model = ALL[name]
     window = SlidingWindowKVCache.for_model(model, window=len(prompt) + n_new, capacity=MAX_LEN)
-    assert model.generate(prompt, n_new, cache=window) == alone(name, prompt, n_new)
+    assert greedy(model, prompt, n_new, window) == alone(name, prompt, n_new)
     pool = PrefixCachingPool.for_model(model, n_blocks=16, block_size=2)
-    for _ in range(2):  # the second request finds the first one's blocks
+    for second in (False, True):  # the second request finds the first one's blocks
         seq = pool.new_sequence(token_ids=prompt)
-        tokens = [int(np.argmax(seq.prefill(model, prompt)[-1]))]
+        assert len(seq) == (len(prompt) - 1) // 2 * 2 * second  # its full blocks, all but the last token's
+        tokens = [int(np.argmax(_as_numpy(seq.prefill(model, prompt))[-1]))]
         while len(tokens) < n_new:
-            tokens.append(int(np.argmax(model.decode_step(tokens[-1], seq))))
+            tokens.append(int(np.argmax(forward_one(model, [tokens[-1]], seq)[-1])))
         assert tokens == alone(name, prompt, n_new)
         seq.free()
 
 
-@pytest.mark.parametrize("name", NUMPY_MODELS)
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("n_sink", [0, 1])
+def test_a_torch_model_evicts_as_its_numpy_twin(family, n_sink):
+    """A window shorter than the sequence (it evicts): the torch model's logits equal its NumPy
+    twin's through the same window, step by step, so the band mask reaches the torch attention;
+    and they differ from the full cache's, so the eviction is real."""
+    models = ALL[f"{family}-numpy"], ALL[f"{family}-torch"]
+    prompt, n_new = [3, 1, 4, 1, 5, 9, 2], 8
+    caches = [SlidingWindowKVCache.for_model(m, window=4, n_sink=n_sink) for m in models]
+    full = models[1].new_cache(1, MAX_LEN)
+    logits = [forward_one(m, prompt, c) for m, c in zip(models, caches, strict=True)]
+    full_logits = forward_one(models[1], prompt, full)
+    moved = 0.0
+    for _ in range(n_new):
+        np.testing.assert_allclose(logits[1], logits[0], rtol=1e-9, atol=1e-9)
+        moved = max(moved, float(np.abs(logits[1][-1] - full_logits[-1]).max()))
+        token = [int(np.argmax(logits[0][-1]))]
+        logits = [forward_one(m, token, c) for m, c in zip(models, caches, strict=True)]
+        full_logits = forward_one(models[1], token, full)
+    assert len(caches[1]) == len(prompt) + n_new and caches[1].positions().size == 4
+    assert moved > 1e-3  # the window changed what the model saw
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_an_int8_cache_stays_within_its_rounding_of_the_full_cache(name):
     """int8 keys and values (per-channel keys, per-token values) move every logit by less than a
-    bound set by the quantisation step, for both NumPy models."""
+    bound set by the quantisation step, for every model; a torch model's int8 logits are its NumPy
+    twin's."""
     model, prompt = ALL[name], [3, 1, 4, 1, 5, 9, 2, 6]
-    full, int8 = model.new_cache(), QuantizedKVCache.for_model(model)
+    full, int8 = model.new_cache(1, MAX_LEN), QuantizedKVCache.for_model(model)
     for cache in (full, int8):
-        model.prefill(prompt, cache)
-    a, b = model.decode_step(5, full), model.decode_step(5, int8)
+        forward_one(model, prompt, cache)
+    a, b = forward_one(model, [5], full), forward_one(model, [5], int8)
     spread = float(np.abs(a).max())
     assert 0 < float(np.abs(a - b).max()) < 0.05 * spread
+    twin = ALL[name.replace("torch", "numpy")]
+    twin_int8 = QuantizedKVCache.for_model(twin)
+    forward_one(twin, prompt, twin_int8)
+    np.testing.assert_allclose(b, forward_one(twin, [5], twin_int8), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", TORCH_MODELS)
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda m: SlidingWindowKVCache.for_model(m, window=4),
-        lambda m: QuantizedKVCache.for_model(m),
-        lambda m: PagedKVPool.for_model(m, n_blocks=4, block_size=2),
-    ],
-    ids=["window", "int8", "paged"],
-)
-def test_the_numpy_only_caches_refuse_a_torch_model_by_name(name, make):
-    with pytest.raises(TypeError, match=r"^model: expected a NumpyModel or LlamaModel, got Torch"):
-        make(ALL[name])
+def test_a_torch_model_runs_a_numpy_cache_as_a_batch_of_one(name):
+    """The bridge (``torch_bridge.SequenceCache``): a pass that fails half way (the paged pool runs
+    out of blocks) leaves the NumPy cache as it was; the one-sequence cache refuses a row or an
+    active mask beyond its one row; a torch model in bf16 is refused by name; the fixed-shape step
+    refuses it."""
+    model = ALL[name]
+    pool = PagedKVPool.for_model(model, n_blocks=2, block_size=2)
+    seq = pool.new_sequence()
+    forward_one(model, [1, 2, 3], seq)
+    keys = seq.keys(0).copy()
+    with pytest.raises(ValueError, match="^cache: out of blocks"):
+        forward_one(model, [4, 5], seq)
+    assert len(seq) == 3 and pool.allocator.n_free == 0 and np.array_equal(seq.keys(0), keys)
+    checked = model.check_cache(seq)
+    assert checked.kind == "sequence" and checked.batch_size == 1 and checked.host_lengths == [3]
+    torch.testing.assert_close(checked.keys(0, row=0), torch.from_numpy(keys))
+    with pytest.raises(ValueError, match=r"^row: expected 0 <= row < 1, got 1"):
+        model.forward_row([4], seq, 1)
+    with pytest.raises(ValueError, match="^active: expected at least one active row"):
+        model.decode_step([4], seq, active=[False])
+    with pytest.raises(ValueError, match="^cache: expected a kind='preallocated' cache, got kind='sequence'"):
+        model.compile_decode(seq)
+    half = type(model).from_numpy(NUMPY[name.split("-")[0]], device="cpu", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^model: expected a torch model in float32 or float64"):
+        QuantizedKVCache.for_model(half)
+    assert len(seq) == 3  # nothing refused changed the sequence
+
+
+@pytest.mark.parametrize("name", TORCH_MODELS)
+def test_the_graphed_step_of_either_torch_model_equals_its_decode_step(name):
+    """``compile_decode`` (the CUDA-graph step, run eagerly here) over GPT-2 and Llama alike: the
+    same logits as ``decode_step``, rows at different lengths, through two key buckets."""
+    model = ALL[name]
+    cache, ref = model.new_cache(2, MAX_LEN), model.new_cache(2, MAX_LEN)
+    for c in (cache, ref):
+        model.prefill_row([1, 2, 3], c, 0)
+        model.prefill_row([4, 5], c, 1)
+    step = model.compile_decode(cache)
+    for t in range(4):
+        ids = [t, t + 1]
+        torch.testing.assert_close(step(ids), model.decode_step(ids, ref), rtol=1e-9, atol=1e-9)
+    assert cache.host_lengths == ref.host_lengths == [7, 6]

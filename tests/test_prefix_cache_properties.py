@@ -266,7 +266,7 @@ def test_prefill_refusals_change_nothing():
     assert len(seq) == 8
     before = pool_state(pool)
     for model_arg, ids, error, message in [
-        (None, prompt, TypeError, r"^model: expected a NumpyModel or LlamaModel, got NoneType$"),
+        (None, prompt, TypeError, r"^model: expected a kvtutor model, got NoneType$"),
         (model, "abc", TypeError, r"^prompt_ids: expected a sequence of int token ids, got str"),
         (model, prompt[:8], ValueError, r"^prompt_ids: expected more than the 8 ids this sequence holds"),
         (model, [3, 1, 0] + prompt[3:], ValueError,

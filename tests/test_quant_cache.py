@@ -343,7 +343,10 @@ def test_for_model_fits_both_models(toy_model, dtype):
         assert len(model.generate([1, 2], 4, cache=small)) == 4 and len(small) == 5
     with pytest.raises(ValueError, match=r"^capacity: expected 1 <= capacity <= 16, got 17"):
         QuantizedKVCache.for_model(toy_model, capacity=17)
-    with pytest.raises(TypeError, match=r"^model: expected a NumpyModel or LlamaModel, got dict"):
+    with pytest.raises(
+        TypeError,
+        match=r"^model: expected a kvtutor model \(.*\), got dict",
+    ):
         QuantizedKVCache.for_model({})
 
 

@@ -18,6 +18,7 @@ import kvtutor
 torch = pytest.importorskip("torch")
 
 from kvtutor.models import torch_engine as engine  # noqa: E402
+from kvtutor.models import torch_mirror as mirror  # noqa: E402
 from kvtutor.models import torch_model as tmod  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -185,18 +186,18 @@ def test_padded_lm_head_gives_the_same_logits(monkeypatch):
     assert step([3, 4]).shape == (2, 61)
 
 
-def test_fast_decode_survives_a_non_contiguous_attention_output(monkeypatch):
+def test_decode_survives_a_non_contiguous_attention_output(monkeypatch):
     """cuDNN may return attention as [B,H,1,K] in another memory order (the H200 crash: a ``view``
-    of it failed); the fast step must not assume the layout."""
+    of it failed in the old fused step); a decode step must not assume the layout."""
     numpy_model = kvtutor.NumpyModel.random(CONFIGS["mha-k5"], seed=3)
     model = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
-    real = engine.sdpa
+    real = mirror.sdpa
 
     def odd_layout(*args, **kwargs):
         o = real(*args, **kwargs)  # (B, H, T, K)
         return o.permute(3, 0, 1, 2).contiguous().permute(1, 2, 3, 0)  # same values, K outermost
 
-    monkeypatch.setattr(engine, "sdpa", odd_layout)
+    monkeypatch.setattr(mirror, "sdpa", odd_layout)
     for batch in (1, 2):
         cache = model.new_cache(batch, 20)
         model.prefill([IDS[:5]] * batch, cache)

@@ -458,8 +458,10 @@ def test_bad_caches_are_refused_and_left_unchanged(model):
         model.decode_step([1], None)
     with pytest.raises(TypeError, match=r"^cache: expected a cache .*got None"):
         model.prefill([[1]], None)
-    with pytest.raises(TypeError, match=r"^cache: expected a cache .*got PreallocatedKVCache"):
-        model.forward([[1]], small()[0].new_cache())
+    with pytest.raises(
+        TypeError, match=r"^cache: expected a cache .*or a NumPy cache of one sequence, got list"
+    ):
+        model.forward([[1]], [small()[0].new_cache()])
     other = small(torch.float64, np.float64)[1].new_cache(2)  # another dtype
     other_before = snapshot(other)
     with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):

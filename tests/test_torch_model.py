@@ -460,29 +460,27 @@ def test_check_cache_names_the_kind_it_wants(model):
         model.check_cache(concat, kind="preallocated")
 
 
-def test_both_fast_steps_equal_the_mirror_functions(pair):
-    """The engine's two decode steps, the fused eager one (the CPU's) and the fixed-shape one (what
-    CUDA graphs replay), against the mirror functions (a forward pass of one token) on the same
-    prefilled caches: the same logits, the same keys and values written."""
+def test_the_fixed_shape_step_equals_the_step_functions(pair):
+    """The fixed-shape step (what CUDA graphs replay) against a checked decode step through the
+    step functions, on the same prefilled caches: the same logits, the same keys and values
+    written, over the tightest key bucket and over the whole cache."""
     _, ours = pair
-    mirror_c, fast_c, fixed_c = (ours.new_cache(2, 20) for _ in range(3))
-    for c in (mirror_c, fast_c, fixed_c):
+    mirror_c, fixed_c = (ours.new_cache(2, 20) for _ in range(2))
+    for c in (mirror_c, fixed_c):
         ours.prefill([IDS[:5], IDS[5:10]], c)
     with torch.inference_mode():
         for t in range(3):
             ids_B = torch.tensor([t, t + 7])
-            ref = ours.forward(ids_B[:, None], mirror_c)[:, 0]
-            torch.testing.assert_close(engine.decode_fast(ours, ids_B, fast_c), ref, atol=ATOL, rtol=0)
+            ref = ours.decode_step(ids_B, mirror_c)
             for n_keys in (fixed_c.host_lengths[0] + 1, 20):  # the tightest stretch, the whole cache
                 got = engine.decode_fixed(ours, ids_B, fixed_c, n_keys)
                 torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
             fixed_c.advance(1)  # the fixed step leaves the lengths to its caller
-    assert mirror_c.host_lengths == fast_c.host_lengths == fixed_c.host_lengths == [8, 8]
-    assert fast_c.lengths.tolist() == fixed_c.lengths.tolist() == [8, 8]
+    assert mirror_c.host_lengths == fixed_c.host_lengths == [8, 8]
+    assert mirror_c.lengths.tolist() == fixed_c.lengths.tolist() == [8, 8]
     for layer in range(ours.config.n_layers):
-        for c in (fast_c, fixed_c):
-            torch.testing.assert_close(c.keys(layer), mirror_c.keys(layer), atol=ATOL, rtol=0)
-            torch.testing.assert_close(c.values(layer), mirror_c.values(layer), atol=ATOL, rtol=0)
+        torch.testing.assert_close(fixed_c.keys(layer), mirror_c.keys(layer), atol=ATOL, rtol=0)
+        torch.testing.assert_close(fixed_c.values(layer), mirror_c.values(layer), atol=ATOL, rtol=0)
 
 
 def test_first_layers_is_a_layer_cut_model_sharing_the_weights(pair):
@@ -627,8 +625,12 @@ def test_decode_errors_that_depend_on_the_cache(model):
     assert_unchanged(before, cache)
     with pytest.raises(TypeError, match="^cache: expected a cache from TorchModel.new_cache"):
         model.decode_step([1, 2], None)
-    with pytest.raises(TypeError, match="^cache: expected a cache from TorchModel.new_cache"):
-        model.decode_step([1], kvtutor.NumpyModel.random(CONFIGS["gqa"]).new_cache())
+    with pytest.raises(TypeError, match=r"^cache: expected a cache from TorchModel.new_cache\(\) or a NumPy"):
+        model.decode_step([1], {"k": [], "v": []})
+    one_layer = kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=3, n_layers=1, max_seq_len=24)
+    numpy_other = kvtutor.NumpyModel.random(one_layer).new_cache()  # a NumPy cache of another shape
+    with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):
+        model.decode_step([1], numpy_other)
     other = _models("mha")[1].new_cache(2)
     with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):
         model.decode_step([1, 2], other)

@@ -459,7 +459,10 @@ def test_bad_sizes_and_models_are_refused():
         SlidingWindowKVCache(1, 1, 4, 0, 2)
     with pytest.raises(TypeError, match=r"^dtype"):
         SlidingWindowKVCache(1, 1, 4, 2, 2, dtype=np.int32)
-    with pytest.raises(TypeError, match=r"^model: expected a NumpyModel or LlamaModel, got str"):
+    with pytest.raises(
+        TypeError,
+        match=r"^model: expected a kvtutor model \(.*\), got str",
+    ):
         SlidingWindowKVCache.for_model("gpt2", 4)
     with pytest.raises(ValueError, match=r"^n_new: expected an int >= 1, got 0"):
         SlidingWindowKVCache(1, 1, 4, 2, 2).mask(0)
@@ -508,7 +511,11 @@ def test_measure_eviction_matches_a_hand_run(toy_model):
 @pytest.mark.parametrize(
     ("args", "exc", "match"),
     [
-        (("model", [[1]], 2, 4), TypeError, r"^model: expected a NumpyModel or LlamaModel, got str"),
+        (
+            ("model", [[1]], 2, 4),
+            TypeError,
+            r"^model: expected a kvtutor model \(.*\), got str",
+        ),
         ((None, "1 2", 2, 4), TypeError, r"^prompts: expected a list of token-id lists, got str"),
         ((None, [], 2, 4), ValueError, r"^prompts: expected at least one prompt"),
         ((None, [[1], [40]], 2, 4), ValueError, r"^prompts\[1\]"),

@@ -2,8 +2,8 @@
 
 ``kv`` holds the NumPy caches every chapter uses (preallocated and concatenating), ``window`` the
 sliding-window ring, ``quant`` the int8 cache, ``paged`` and ``prefix`` the block pool and the
-prefix cache built on it, ``torch_kv`` the batched torch caches. Caches import nothing from the
-models that fill them.
+prefix cache built on it, ``torch_kv`` the batched torch caches, ``torch_bridge`` a NumPy cache of
+one sequence seen by a torch model. Caches import nothing from the models that fill them.
 
 The protocol, the same verbs in NumPy and torch. A forward pass of T new tokens:
 
@@ -20,8 +20,10 @@ The protocol, the same verbs in NumPy and torch. A forward pass of T new tokens:
 
 Besides: ``len(cache)`` (torch: ``host_lengths``, one length per row), ``capacity``,
 ``keys(layer)`` / ``values(layer)`` (read-only views of what is cached), ``truncate(length)``
-(roll back: speculative decoding, reuse) and ``nbytes``. Torch's fused decode step writes through
-``decode_writer(start)`` and then calls ``advance(1)``; a CUDA graph records ``advance_device(1)``
-and the host follows with ``advance_host(1)``. Nothing outside a cache reads its buffers or
-lengths directly.
+(roll back: speculative decoding, reuse) and ``nbytes``. A CUDA graph of a decode step records
+``advance_device(1)`` and the host follows with ``advance_host(1)``. Nothing outside a cache reads
+its buffers or lengths directly.
+
+A torch model takes any NumPy cache of one sequence as well (``torch_bridge.SequenceCache``, a
+batch of one): the window, int8, paged and prefix-cached caches serve both backends.
 """

@@ -33,6 +33,7 @@ __all__ = [
     "CACHE_KINDS",
     "make_cache",
     "check_cache",
+    "model_cache_shape",
     "cache_mask",
     "start_position",
 ]
@@ -280,6 +281,33 @@ def check_cache(cache: Any, n_layers: int, n_kv_heads: int, d_head: int, max_seq
             f"got {cache.capacity} (make caches with model.new_cache() or "
             "PagedKVPool.for_model(model, ...))"
         )
+
+
+def model_cache_shape(model: Any, capacity: Any = None) -> tuple[int, int, int, int, np.dtype]:
+    """(layers, KV heads, capacity, head width, float dtype) of a cache for one sequence of
+    ``model``, any kvtutor model: a NumPy model's weights' dtype, or a torch model's dtype as
+    NumPy holds it (float32 or float64; a torch model in bf16 or fp16 is a ValueError: these
+    caches keep host arrays, and rounding every key to another dtype would change the answer).
+    ``capacity`` defaults to ``max_seq_len``. Anything else is a TypeError naming ``model``."""
+    cfg = getattr(model, "config", None)
+    weights = getattr(model, "weights", None)
+    torch_dtype = getattr(model, "dtype", None) if weights is None else None
+    if cfg is None or (weights is None and torch_dtype is None):
+        raise TypeError(
+            f"model: expected a kvtutor model (NumpyModel, LlamaModel, TorchModel, TorchLlamaModel), "
+            f"got {type(model).__name__}"
+        )
+    if weights is not None:
+        dtype = weights.wte_VD.dtype
+    else:
+        name = str(torch_dtype).removeprefix("torch.")
+        if name not in ("float32", "float64"):
+            raise ValueError(
+                f"model: expected a torch model in float32 or float64 for a NumPy cache, got {torch_dtype}"
+            )
+        dtype = np.dtype(name)
+    capacity = cfg.max_seq_len if capacity is None else check_int("capacity", capacity, 1, cfg.max_seq_len)
+    return cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, dtype
 
 
 def cache_mask(cache: Any, n_new: int, n_keys: int) -> np.ndarray | None:

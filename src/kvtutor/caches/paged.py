@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int
-from .kv import CacheBase, check_cache_args
+from .kv import CacheBase, check_cache_args, model_cache_shape
 
 __all__ = [
     "BlockAllocator",
@@ -168,13 +168,10 @@ class PagedKVPool:
 
     @classmethod
     def for_model(cls, model: Any, n_blocks: int, block_size: int) -> PagedKVPool:
-        """A pool shaped for ``model`` (a NumpyModel or LlamaModel): its layers, KV heads, head dim,
-        dtype and context. Anything else is a TypeError naming ``model``."""
-        cfg, weights = getattr(model, "config", None), getattr(model, "weights", None)
-        if cfg is None or weights is None:
-            raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
-        dtype = weights.wte_VD.dtype
-        return cls(cfg.n_layers, cfg.n_kv_heads, cfg.d_head, n_blocks, block_size, dtype, cfg.max_seq_len)
+        """A pool shaped for ``model`` (any kvtutor model: ``kv.model_cache_shape``): its layers, KV
+        heads, head dim, dtype and context. Anything else is a TypeError naming ``model``."""
+        n_layers, n_kv_heads, max_seq_len, d_head, dtype = model_cache_shape(model)
+        return cls(n_layers, n_kv_heads, d_head, n_blocks, block_size, dtype, max_seq_len)
 
     @property
     def n_blocks(self) -> int:

@@ -324,7 +324,8 @@ class PrefixCachedSequence(PagedKVCache):
     def prefill(self, model: Any, prompt_ids: Any) -> np.ndarray:
         """[n] -> [n - len(self), V]: prefill a whole prompt, skipping the positions this sequence
         holds already (its cache hits): only ``prompt_ids[len(self):]`` is run, by
-        ``model.prefill``, and their logits come back.
+        ``model.prefill`` (a torch model: ``model.forward_row``, this sequence its row 0), and
+        their logits come back.
 
         ``model.prefill(prompt, seq)`` with the whole prompt would write the cached prefix a second
         time, after it, and name blocks after tokens they do not hold; the cache cannot refuse it,
@@ -334,8 +335,9 @@ class PrefixCachedSequence(PagedKVCache):
         logits give the next token); ids past the declared ones are declared. A prompt given in
         growing prefixes is a chunked prefill. A rejected call changes nothing.
         """
+        run_row = getattr(model, "forward_row", None)  # a torch model: this sequence is row 0 of a batch
         if not callable(getattr(model, "prefill", None)):
-            raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
+            raise TypeError(f"model: expected a kvtutor model, got {type(model).__name__}")
         ids = _token_list(prompt_ids, "prompt_ids")
         held, declared = len(self), list(self.token_ids)
         if len(declared) < held:
@@ -357,7 +359,7 @@ class PrefixCachedSequence(PagedKVCache):
                 )
         self.token_ids += ids[len(declared) :]
         try:
-            return model.prefill(ids[held:], self)
+            return model.prefill(ids[held:], self) if run_row is None else run_row(ids[held:], self, 0)
         except BaseException:
             self.token_ids = declared
             raise

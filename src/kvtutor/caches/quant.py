@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int, check_max_new_tokens, check_token_ids
-from .kv import CacheBase, check_cache_args
+from .kv import CacheBase, check_cache_args, model_cache_shape
 
 __all__ = [
     "KEY_MODES",
@@ -136,18 +136,11 @@ class QuantizedKVCache(CacheBase):
         key_mode: str = "per_channel",
         group_size: int = DEFAULT_GROUP_SIZE,
     ) -> QuantizedKVCache:
-        """An empty cache for one sequence of ``model`` (a ``NumpyModel`` or ``LlamaModel``): its
-        layers, KV heads, head width and float dtype, up to ``capacity`` positions (default
-        max_seq_len)."""
-        cfg = getattr(model, "config", None)
-        weights = getattr(model, "weights", None)
-        if cfg is None or weights is None:
-            raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
-        if capacity is None:
-            capacity = cfg.max_seq_len
-        capacity = check_int("capacity", capacity, 1, cfg.max_seq_len)
-        dtype = weights.wte_VD.dtype
-        return cls(cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, dtype, key_mode, group_size)
+        """An empty cache for one sequence of ``model`` (any kvtutor model; a torch model runs it as
+        a batch of one): its layers, KV heads, head width and float dtype, up to ``capacity``
+        positions (default max_seq_len)."""
+        n_layers, n_kv_heads, capacity, d_head, dtype = model_cache_shape(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, dtype, key_mode, group_size)
 
     @property
     def capacity(self) -> int:

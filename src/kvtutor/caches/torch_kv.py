@@ -15,14 +15,14 @@ methods, in place.
 
 They speak the caches' one protocol (``kvtutor.caches``): ``update`` once per layer, then
 ``advance``; being batched, they first make a ``plan`` of where each row's new tokens go, and
-``update`` and ``advance`` take it.
+``update`` and ``advance`` take it. (``kvtutor.caches.torch_bridge`` runs a NumPy cache of one
+sequence, window, int8 or paged, through the same verbs.)
 """
 
 from __future__ import annotations
 
 import math
 import mmap
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -88,7 +88,7 @@ class Plan:
 
     __slots__ = (
         "n_new", "start", "pos_B", "rows", "n_keys", "mask", "is_causal", "write_idx", "write_rows",
-        "active_host", "active_dev",
+        "active_host", "active_dev", "windows",
     )  # fmt: skip
 
     def __init__(self, n_new: int) -> None:
@@ -103,6 +103,9 @@ class Plan:
         self.write_rows: torch.Tensor | None = None  # ragged writes: which rows (None = all)
         self.active_host: np.ndarray | None = None  # rows that advance (None = all), 0/1 on the host
         self.active_dev: torch.Tensor | None = None  # the same on the device
+        # a common start in every row: per layer, the slots it writes and the keys it returns, as
+        # views of the cache's buffers cut once for the whole pass (k write, v write, k read, v read)
+        self.windows: tuple[tuple[torch.Tensor, ...], ...] | None = None
 
 
 class TorchKVCache:
@@ -233,8 +236,8 @@ class TorchKVCache:
 
     def advance(self, plan: Plan | int) -> None:
         """Move the lengths on once every layer is updated: the rows ``plan`` wrote (the device copy
-        and the host copy), or, given a count, every row by that many tokens (after a decode step
-        through ``decode_writer``), checked to fit."""
+        and the host copy), or, given a count, every row by that many tokens (after a fixed-shape
+        step, ``fixed_plan``), checked to fit."""
         if not isinstance(plan, Plan):
             n_new = check_int("n_new", plan, 0)
             if int(self._host.max()) + n_new > self._capacity:  # the hot path checks only this
@@ -271,11 +274,6 @@ class TorchKVCache:
         view = self._host.view()
         view.flags.writeable = False
         return view
-
-    def decode_writer(self, start: int) -> Callable[[int, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """For one decode step of every row at position ``start``: write(layer, kv_new_2BHK) stores
-        the new key and value of that layer and returns [B,Hkv,S,K] keys and values to attend to."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return (
@@ -325,17 +323,6 @@ class TorchPreallocatedKVCache(TorchKVCache):
         """Bytes held, the whole capacity: preallocation reserves it up front."""
         return self.k_LBHMK.nbytes + self.v_LBHMK.nbytes
 
-    def decode_writer(self, start):
-        kv_at = self.kv_2LBHMK.select(4, start).unbind(1)  # per layer (2, B, Hkv, K): the slot of `start`
-        k_read = self.k_LBHMK.narrow(3, 0, start + 1).unbind(0)  # per layer (B, Hkv, S, K)
-        v_read = self.v_LBHMK.narrow(3, 0, start + 1).unbind(0)
-
-        def write(layer: int, kv_new_2BHK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            kv_at[layer].copy_(kv_new_2BHK)
-            return k_read[layer], v_read[layer]
-
-        return write
-
     def plan(self, n_new, row=None, active=None, name="ids"):
         plan = Plan(n_new)
         host = self._host
@@ -351,6 +338,11 @@ class TorchPreallocatedKVCache(TorchKVCache):
                 self.check_room(n_new, np.arange(self._batch_size), name)
             plan.start = first
             self._uniform_mask(plan, first)
+            k, v, end = self.k_LBHMK, self.v_LBHMK, first + n_new
+            plan.windows = (
+                k.narrow(3, first, n_new).unbind(0), v.narrow(3, first, n_new).unbind(0),
+                k.narrow(3, 0, end).unbind(0), v.narrow(3, 0, end).unbind(0),
+            )  # fmt: skip
             return plan
         writing = np.arange(self._batch_size) if active is None else np.flatnonzero(active)
         self.check_room(n_new, writing, name)
@@ -417,8 +409,13 @@ class TorchPreallocatedKVCache(TorchKVCache):
 
         The book shows this in "Preallocated versus concat, measured".
         """
+        if plan.windows is not None:  # one start for every row: views cut by plan
+            k_write, v_write, k_read, v_read = plan.windows
+            k_write[layer].copy_(k_new_BHTK)
+            v_write[layer].copy_(v_new_BHTK)
+            return k_read[layer], v_read[layer]
         k_l, v_l = self._k[layer], self._v[layer]
-        if plan.write_idx is None:  # a common start: slice and copy
+        if plan.write_idx is None:  # one row, from its length: slice and copy
             start, end = plan.start, plan.n_keys
             if plan.rows != slice(None):
                 k_l, v_l = k_l[plan.rows], v_l[plan.rows]
@@ -477,15 +474,6 @@ class TorchConcatKVCache(TorchKVCache):
             else:
                 plan.mask = causal_mask(n_new, start + n_new, self.device)
         return plan
-
-    def decode_writer(self, start):
-        def write(layer: int, kv_new_2BHK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            k_new_BHTK, v_new_BHTK = kv_new_2BHK.unsqueeze(3).unbind(0)  # (B, Hkv, 1, K) each
-            self._k[layer] = torch.cat([self._k[layer].narrow(2, 0, start), k_new_BHTK], dim=2)
-            self._v[layer] = torch.cat([self._v[layer].narrow(2, 0, start), v_new_BHTK], dim=2)
-            return self._k[layer], self._v[layer]
-
-        return write
 
     def update(
         self,

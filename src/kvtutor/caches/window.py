@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int, check_max_new_tokens, check_token_ids
-from .kv import CacheBase, PreallocatedKVCache, check_cache_args
+from .kv import CacheBase, PreallocatedKVCache, check_cache_args, model_cache_shape
 
 __all__ = [
     "window_mask",
@@ -99,15 +99,6 @@ def check_window(window: Any, n_sink: Any, capacity: int) -> tuple[int, int]:
     return window, check_int("n_sink", n_sink, 0, window - 1)
 
 
-def _model_sizes(model: Any, capacity: Any) -> tuple[int, int, int, int, np.dtype]:
-    """A NumpyModel's or LlamaModel's (layers, KV heads, capacity, head width, float dtype)."""
-    cfg, weights = getattr(model, "config", None), getattr(model, "weights", None)
-    if cfg is None or weights is None:
-        raise TypeError(f"model: expected a NumpyModel or LlamaModel, got {type(model).__name__}")
-    capacity = cfg.max_seq_len if capacity is None else check_int("capacity", capacity, 1, cfg.max_seq_len)
-    return cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, weights.wte_VD.dtype
-
-
 class SlidingWindowKVCache(CacheBase):
     """A KV cache that keeps a window of the last ``window`` positions per layer in a ring buffer,
     the first ``n_sink`` of them being attention sinks kept for good (see the module docstring).
@@ -150,10 +141,10 @@ class SlidingWindowKVCache(CacheBase):
     def for_model(
         cls, model: Any, window: int, n_sink: int = 0, capacity: int | None = None
     ) -> SlidingWindowKVCache:
-        """An empty window cache for one sequence of ``model`` (a ``NumpyModel`` or ``LlamaModel``):
-        its layers, KV heads, head width and float dtype, numbering up to ``capacity`` positions
-        (default max_seq_len)."""
-        n_layers, n_kv_heads, capacity, d_head, dtype = _model_sizes(model, capacity)
+        """An empty window cache for one sequence of ``model`` (any kvtutor model; a torch model runs
+        it as a batch of one): its layers, KV heads, head width and float dtype, numbering up to
+        ``capacity`` positions (default max_seq_len)."""
+        n_layers, n_kv_heads, capacity, d_head, dtype = model_cache_shape(model, capacity)
         return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype)
 
     @property
@@ -320,7 +311,7 @@ class BandedKVCache(PreallocatedKVCache):
         cls, model: Any, window: int, n_sink: int = 0, capacity: int | None = None
     ) -> BandedKVCache:
         """An empty banded cache for one sequence of ``model``, as ``SlidingWindowKVCache.for_model``."""
-        n_layers, n_kv_heads, capacity, d_head, dtype = _model_sizes(model, capacity)
+        n_layers, n_kv_heads, capacity, d_head, dtype = model_cache_shape(model, capacity)
         return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype)
 
     def mask(self, n_new: int) -> np.ndarray:
@@ -390,7 +381,7 @@ def measure_eviction(
     are compared. Up to the first disagreement this is the windowed cache's own greedy text; after
     it, the comparison stays on the same text. Logits and KL are taken in float64.
     """
-    _model_sizes(model, None)  # a bad model: before any work
+    model_cache_shape(model)  # a bad model: before any work
     cfg = model.config
     if isinstance(prompts, np.ndarray):
         prompts = prompts.tolist()

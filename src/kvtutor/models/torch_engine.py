@@ -1,76 +1,62 @@
-"""The fast decode engine of ``TorchModel``: one new token per row, the arithmetic of
-``kvtutor.models.torch_mirror``'s ``block`` laid out for speed.
+"""The fast decode step of the torch models on CUDA, and the checks the passes share.
 
-Two fast steps, because the recorded measurements say the two devices need different things:
-
-- ``decode_fast``, eager and fused (each residual add rides on its matrix product, K and V go
-  into the cache with one copy, one row on the CPU is a BLAS mat-vec). On a CPU a step is a few
-  dozen operations that each start cold after a large product: fewer operations is what pays.
-  ``TorchModel.decode_step`` takes it whenever every row sits at one position.
-- ``decode_fixed``, every shape fixed and the positions read from the device copy of the
-  lengths, over a *key bucket* of the cache (``key_buckets``, ``bucket_for``). On CUDA an eager
-  step is bound by launching its kernels: ``compile_decode`` captures one such step per bucket in
-  a CUDA graph (``capture_graph``) and replays it, one launch instead of hundreds. On a CPU
-  ``compile_decode`` runs the same step eagerly.
+On a CPU a decode step is the model's own pass with T = 1 (``TorchDecoder.decode_step``): one
+row's products are BLAS mat-vecs (``torch_mirror.linear``), and nothing else is needed. On CUDA
+an eager step is bound by launching its kernels, hundreds of them, each a few microseconds of
+work: ``compile_decode`` captures one step in a CUDA graph (``capture_graph``) and replays it,
+one launch instead of hundreds. The step it captures (``decode_fixed``) is the same pass of the
+same model, over a plan whose every shape is fixed and whose positions are read on the device
+from the lengths (``TorchPreallocatedKVCache.fixed_plan``), so nothing needs the host.
 
 ``compile_decode``'s steps attend over a fixed stretch of the cache, the smallest of
 ``key_buckets(capacity)`` (64, 128, 256, ... keys) that holds the longest row, with a mask built on
-the device from the lengths: every shape is fixed within a bucket, nothing needs the host, and a
-step never reads more than about twice the keys it needs. Rows may sit at different lengths; there
-is no ``active`` mask. ``mode="compile"`` first compiles the step with ``torch.compile`` (fused
-inductor kernels, once per bucket), then captures that the same way. (We capture ourselves rather
-than use ``mode="reduce-overhead"``: its graphs copy every input that is not an ``nn.Parameter``
-into static buffers at each replay, and our weights and cache are plain tensors.) On the CPU
-``"compile"`` needs a C++ compiler. Nothing global is changed; building a step writes nothing.
+the device from the lengths: every shape is fixed within a bucket, and a step never reads more
+than about twice the keys it needs. Rows may sit at different lengths; there is no ``active``
+mask. ``mode="compile"`` first compiles the step with ``torch.compile`` (fused inductor kernels,
+once per bucket), then captures that the same way. (We capture ourselves rather than use
+``mode="reduce-overhead"``: its graphs copy every input that is not an ``nn.Parameter`` into
+static buffers at each replay, and our weights and cache are plain tensors.) On the CPU
+``compile_decode`` runs the same fixed-shape step eagerly (``"compile"`` needs a C++ compiler).
+Nothing global is changed; building a step writes nothing.
 
-Both are checked against the mirror functions (``tests/test_torch_model.py``,
-``tests/test_torch_dtypes.py``). Also here: ``DecodeWeights`` (each layer's matrices as
-``decode_fast`` reads them), ``WeightArena`` (every CPU weight in one buffer on 2 MiB pages), and
-the argument checks the steps share with ``TorchModel`` (``token_ids``, ``check_batch``).
+Both models use it, GPT-2 and Llama: it reads only what ``DecodingModel`` names. Checked against
+the step functions in ``tests/test_torch_model.py`` and ``tests/test_torch_dtypes.py``. Also here:
+``WeightArena`` (every CPU weight of a ``TorchModel`` in one buffer on 2 MiB pages) and the
+argument checks the passes share (``token_ids``, ``check_batch``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from ..caches.torch_kv import TorchKVCache, TorchPreallocatedKVCache, host_empty
-from .torch_mirror import TorchLayerWeights, block, embed, gelu, layer_norm, sdpa
+from ..caches.torch_kv import Plan, TorchKVCache, TorchPreallocatedKVCache, host_empty
 
 
 class DecodingModel(Protocol):
-    """What the steps below read of a model (``TorchModel`` has it all): the engine depends on
-    this interface, not on the class that owns the weights, so the two modules form no circle."""
+    """What the steps below read of a model (every ``TorchDecoder`` has it): the engine depends on
+    this interface, not on the classes that own the weights, so the modules form no circle."""
 
     config: Any
     device: torch.device
-    wte_VD: torch.Tensor
-    wpe_MD: torch.Tensor
-    lnf_g: torch.Tensor
-    lnf_b: torch.Tensor
-    head_VD: torch.Tensor | None
-    layers: list[TorchLayerWeights]
-    decode_weights: list[DecodeWeights]
 
-    def lm_head(self, x_BTD: torch.Tensor) -> torch.Tensor: ...
+    def run_pass(
+        self, ids_BT: torch.Tensor, cache: Any, plan: Plan | None, last_only: bool = False
+    ) -> torch.Tensor: ...
     def check_cache(self, cache: Any, kind: str | None = None) -> Any: ...
-    def decode_step(self, ids_B: Any, cache: Any, active: Any = None) -> torch.Tensor: ...
 
 
 __all__ = [
     "key_buckets",
     "bucket_for",
-    "decode_fast",
     "decode_fixed",
     "compile_decode",
     "bucket_step",
     "step_ids",
     "capture_graph",
-    "DecodeWeights",
     "DecodingModel",
     "WeightArena",
     "token_ids",
@@ -150,36 +136,6 @@ def check_batch(ids: torch.Tensor, cache: TorchKVCache, name: str) -> None:
 # ---------------------------------------------------------------- weights
 
 
-class DecodeWeights(NamedTuple):
-    """One layer's weights as ``decode_fast`` reads them: each matrix both as its
-    contiguous [out, in] tensor ("OE", for mat-vec products) and as the [in, out] view ("EO", x @ W)."""
-
-    ln1_g: torch.Tensor
-    ln1_b: torch.Tensor
-    qkv_OE: torch.Tensor
-    qkv_EO: torch.Tensor
-    b_qkv: torch.Tensor
-    o_OE: torch.Tensor
-    o_EO: torch.Tensor
-    b_o: torch.Tensor
-    ln2_g: torch.Tensor
-    ln2_b: torch.Tensor
-    fc_OE: torch.Tensor
-    fc_EO: torch.Tensor
-    b_fc: torch.Tensor
-    proj_OE: torch.Tensor
-    proj_EO: torch.Tensor
-    b_proj: torch.Tensor
-
-    @classmethod
-    def of(cls, ly: TorchLayerWeights) -> DecodeWeights:
-        """The views of one layer's weights (nothing is copied)."""
-        return cls(
-            ly.ln1_g, ly.ln1_b, ly.w_qkv.mT, ly.w_qkv, ly.b_qkv, ly.w_o.mT, ly.w_o, ly.b_o,
-            ly.ln2_g, ly.ln2_b, ly.w_fc.mT, ly.w_fc, ly.b_fc, ly.w_proj.mT, ly.w_proj, ly.b_proj,
-        )  # fmt: skip
-
-
 _ALIGN = 64  # bytes: each weight starts on a cache line
 
 
@@ -204,52 +160,6 @@ class WeightArena:
         return out.copy_(src)
 
 
-# ---------------------------------------------------------------- the fused eager step
-
-
-def decode_fast(model: DecodingModel, ids_B: torch.Tensor, cache: TorchKVCache) -> torch.Tensor:
-    """[B] -> [B,V]: one decode step of ``model`` with every row at the same position, the CPU's
-    fast path (and ``generate``'s without graphs). No checks: callers validate.
-
-    The arithmetic of ``block`` with T = 1, in fewer tensor operations: each residual add rides
-    on its matrix product (``addmm(x, h, W)`` is x + h W), K and V go into the cache with one
-    copy, and one row on the CPU uses BLAS's mat-vec product. It matters more than it looks: right
-    after a large matrix product has streamed through the caches, every small operation starts
-    cold, at tens of microseconds each.
-    """
-    cfg = model.config
-    n_batch, start = ids_B.shape[0], int(cache.host_lengths_array[0])
-    n_heads, n_kv, d_head, eps = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.layer_norm_eps
-    q_width, group, width = n_heads * d_head, cfg.group_size, (cfg.d_model,)
-    vector = n_batch == 1 and not ids_B.is_cuda  # x is [D], products are mat-vec
-    write = cache.decode_writer(start)
-    x = F.embedding(ids_B, model.wte_VD).add_(model.wpe_MD[start])  # (B, D)
-    if vector:
-        x = x.view(-1)
-    for i, w in enumerate(model.decode_weights):
-        h = torch.layer_norm(x, width, w.ln1_g, w.ln1_b, eps)
-        qkv = torch.addmv(w.b_qkv, w.qkv_OE, h) if vector else torch.addmm(w.b_qkv, h, w.qkv_EO)
-        q_BHTK = qkv[..., :q_width].view(n_batch, n_heads, 1, d_head)
-        if vector:
-            kv_new_2BHK = qkv[q_width:].view(2, 1, n_kv, d_head)
-        else:
-            kv_new_2BHK = qkv[:, q_width:].view(n_batch, 2, n_kv, d_head).transpose(0, 1)
-        k_BHSK, v_BHSK = write(i, kv_new_2BHK)
-        # (B, H*K) = merged heads; reshape, not view: cuDNN may return [B,H,1,K] in another order
-        o = sdpa(q_BHTK, k_BHSK, v_BHSK, None, False, group).reshape(x.shape)
-        x = (torch.addmv(x, w.o_OE, o) if vector else torch.addmm(x, o, w.o_EO)).add_(w.b_o)
-        h = torch.layer_norm(x, width, w.ln2_g, w.ln2_b, eps)
-        f = gelu(torch.addmv(w.b_fc, w.fc_OE, h) if vector else torch.addmm(w.b_fc, h, w.fc_EO), inplace=True)
-        x = (torch.addmv(x, w.proj_OE, f) if vector else torch.addmm(x, f, w.proj_EO)).add_(w.b_proj)
-    x = torch.layer_norm(x, width, model.lnf_g, model.lnf_b, eps)
-    if vector:
-        logits = torch.mv(model.wte_VD, x)
-    else:
-        logits = F.linear(x, model.head_VD)[:, : cfg.vocab_size]
-    cache.advance(1)
-    return logits.view(n_batch, -1)
-
-
 # ---------------------------------------------------------------- the fixed-shape step and its CUDA graphs
 
 
@@ -266,13 +176,7 @@ def decode_fixed(
 
     The book shows this in "Decode on a GPU".
     """
-    plan = cache.fixed_plan(n_keys)
-    x_BTD = embed(ids_B[:, None], model.wte_VD, model.wpe_MD, plan.pos_B)
-    for i, layer in enumerate(model.layers):
-        x_BTD = block(x_BTD, layer, model.config, cache, i, plan)
-    eps = model.config.layer_norm_eps
-    x_BTD = layer_norm(x_BTD, model.lnf_g, model.lnf_b, eps)
-    return model.lm_head(x_BTD)[:, 0]
+    return model.run_pass(ids_B[:, None], cache, cache.fixed_plan(n_keys))[:, 0]
 
 
 def bucket_step(

@@ -3,8 +3,8 @@
 ``TorchLlamaModel`` is to ``LlamaModel`` what ``TorchModel`` is to ``NumpyModel``: the same steps,
 a batch dimension in front, on the torch caches of ``kvtutor.caches.torch_kv`` (preallocated or
 concat, a length per row) through their public protocol (``plan``, ``update``, ``advance``). Where a
-step is the same as GPT-2's it is ``kvtutor.models.torch_mirror``'s (``linear``, ``project_qkv``,
-``split_heads``, ``sdpa``, ``merge_heads``, ``lm_head``); this module holds only what differs:
+step is the same as GPT-2's it is ``kvtutor.models.torch_mirror``'s (``as_row``, ``linear``,
+``project_heads``, ``sdpa``, ``merge_heads``, ``lm_head``); this module holds only what differs:
 no position embedding, RMSNorm, RoPE, SwiGLU, and the block that joins them.
 
 RoPE enters per row. Row b's T new tokens sit at positions len_b .. len_b+T-1 of that row, so
@@ -33,14 +33,14 @@ from ..text import TEXT_WIDTH, fields_call, wrap_call
 from . import llama
 from .llama import LlamaConfig, LlamaModel, LlamaWeights
 from .torch_mirror import (
+    as_row,
     attention_core,
     check_finite_weights,
     linear,
     lm_head,
     merge_heads,
-    project_qkv,
+    project_heads,
     resolve_device_dtype,
-    split_heads,
 )
 from .torch_model import TorchDecoder
 
@@ -142,12 +142,11 @@ def attention(
     turning again. With a cache, ``plan`` says where each row's new keys go (slots len_b onwards),
     so cos and sin must be those same positions' (``rope_at`` with the plan's start).
     """
-    q_BTD, k_BTE, v_BTE = project_qkv(x_BTD, layer)
-    q_BHTK = apply_rope(split_heads(q_BTD, config.n_heads), cos_BTK, sin_BTK)
-    k_rot_BHTK = apply_rope(split_heads(k_BTE, config.n_kv_heads), cos_BTK, sin_BTK)
-    v_new_BHTK = split_heads(v_BTE, config.n_kv_heads)
+    q_BHTK, k_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config.n_heads, config.n_kv_heads)
+    q_BHTK = apply_rope(q_BHTK, cos_BTK, sin_BTK)
+    k_rot_BHTK = apply_rope(k_BHTK, cos_BTK, sin_BTK)
     o_BHTK = attention_core(q_BHTK, k_rot_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
-    return linear(merge_heads(o_BHTK), layer.w_o, layer.b_o)
+    return linear(merge_heads(o_BHTK, x_BTD.dim() == 1), layer.w_o, layer.b_o)
 
 
 def block(
@@ -176,7 +175,7 @@ class TorchLlamaLayerWeights:
     """One block, named as ``llama.LlamaLayerWeights``. Matrices are [in, out] views of contiguous
     [out, in] tensors (Hugging Face's layout); ``w_q``, ``w_k``, ``w_v`` are column slices of
     ``w_qkv`` and ``w_gate``, ``w_up`` of ``w_gate_up``. The biases are zeros (Llama has none),
-    there so that ``torch_mirror.linear`` and ``project_qkv`` serve as they are."""
+    there so that ``torch_mirror.linear`` and ``project_heads`` serve as they are."""
 
     attn_norm_D: torch.Tensor
     w_qkv: torch.Tensor
@@ -340,23 +339,19 @@ class TorchLlamaModel(TorchDecoder):
         return wrap_call(name, [config, f"device={self.device}", f"dtype={self.dtype}"])
 
     # ------------------------------------------------------------ forward passes
-    def _run(
+    def run_pass(
         self, ids_BT: torch.Tensor, cache: TorchKVCache | None, plan: Plan | None, last_only: bool = False
     ) -> torch.Tensor:
-        """Embed, the blocks, the final RMSNorm, LM head; commits the cache. No checks: callers
-        validate first."""
+        """Embed, the blocks, the final RMSNorm, LM head (``TorchDecoder.run_pass``)."""
         cfg = self.config
         if plan is None:
             start: int | torch.Tensor = 0
         else:
             start = plan.start if plan.pos_B is None else plan.pos_B
         cos_BTK, sin_BTK = rope_at(self.cos_MK, self.sin_MK, start, ids_BT.shape[1])
-        x_BTD = embed_tokens(ids_BT, self.wte_VD)
+        x_BTD = as_row(embed_tokens(ids_BT, self.wte_VD))  # one CPU row: vectors
         for i, layer in enumerate(self.layers):
             x_BTD = block(x_BTD, layer, cfg, cos_BTK, sin_BTK, cache, i, plan)
-        if last_only:
+        if last_only and x_BTD.dim() > 1:
             x_BTD = x_BTD[:, -1:]
-        logits_BTV = lm_head(rms_norm(x_BTD, self.norm_D, cfg.rms_norm_eps), self.head_VD)
-        if cache is not None:
-            cache.advance(plan)
-        return logits_BTV
+        return lm_head(rms_norm(x_BTD, self.norm_D, cfg.rms_norm_eps), self.head_VD)

@@ -29,8 +29,9 @@ from .config import ModelConfig
 __all__ = [
     "embed",
     "layer_norm",
+    "as_row",
     "linear",
-    "project_qkv",
+    "project_heads",
     "split_heads",
     "repeat_kv",
     "attention_scores",
@@ -71,35 +72,48 @@ def layer_norm(x_BTD: torch.Tensor, g_D: torch.Tensor, b_D: torch.Tensor, eps: f
     return torch.layer_norm(x_BTD, g_D.shape, g_D, b_D, eps)
 
 
-def linear(x_BTE: torch.Tensor, w_EO: torch.Tensor, b_O: torch.Tensor) -> torch.Tensor:
-    """[B,T,E], [E,F], [F] -> [B,T,F]: x @ W + b; a GEMM when B*T > 1, a GEMV when B*T = 1.
+def as_row(x_BTD: torch.Tensor) -> torch.Tensor:
+    """[B,T,D] -> [D] when the pass is one row on the CPU (B = T = 1), else x unchanged.
 
-    ``w_EO`` is a transposed view of a contiguous [F,E] tensor, so ``w_EO.mT`` is that tensor and
-    ``F.linear`` multiplies without copying. One row on the CPU goes to ``addmv``, BLAS's own
-    matrix-vector product, which streams the matrix faster than a GEMM of one row.
+    Every step below takes either: the batched [B,T,...] layout, or one row as plain vectors, as a
+    CPU decode step of one sequence runs (``run_pass``). Vectors let each matrix product be BLAS's
+    matrix-vector product (``linear``), and spare the dozens of reshapes that a [1,1,D] tensor
+    costs: on a CPU a step is a few dozen small operations that each start cold after a large
+    product, so fewer operations is what pays.
     """
-    if x_BTE.numel() == x_BTE.shape[-1] and not x_BTE.is_cuda:
-        return torch.addmv(b_O, w_EO.mT, x_BTE.reshape(-1)).view(x_BTE.shape[0], x_BTE.shape[1], -1)
+    return x_BTD.view(-1) if x_BTD.shape[0] * x_BTD.shape[1] == 1 and not x_BTD.is_cuda else x_BTD
+
+
+def linear(x_BTE: torch.Tensor, w_EO: torch.Tensor, b_O: torch.Tensor) -> torch.Tensor:
+    """[B,T,E] or [E], [E,O], [O] -> [B,T,O] or [O]: x @ W + b; a GEMM for a batch, BLAS's
+    matrix-vector product (``addmv``) for one row given as a vector (``as_row``).
+
+    ``w_EO`` is a transposed view of a contiguous [O,E] tensor, so ``w_EO.mT`` is that tensor and
+    ``F.linear`` multiplies without copying.
+    """
+    if x_BTE.dim() == 1:
+        return torch.addmv(b_O, w_EO.mT, x_BTE)
     return F.linear(x_BTE, w_EO.mT, b_O)
 
 
-def project_qkv(
-    x_BTD: torch.Tensor, layer: TorchLayerWeights
+def project_heads(
+    x_BTD: torch.Tensor, layer: Any, n_heads: int, n_kv_heads: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[B,T,D] -> q [B,T,H*K], k [B,T,Hkv*K], v [B,T,Hkv*K]: one matmul with [W_Q | W_K | W_V], then split."""
-    qkv_BTE = linear(x_BTD, layer.w_qkv, layer.b_qkv)
-    q_width, kv_width = layer.w_q.shape[1], layer.w_k.shape[1]
-    return (
-        qkv_BTE.narrow(-1, 0, q_width),
-        qkv_BTE.narrow(-1, q_width, kv_width),
-        qkv_BTE.narrow(-1, q_width + kv_width, kv_width),
-    )
+    """[B,T,D] or [D] -> q [B,H,T,K], k and v [B,Hkv,T,K]: one matmul with [W_Q | W_K | W_V]
+    (``layer.w_qkv``, ``b_qkv``), then the heads split off as views (NumPy's ``project_qkv`` and
+    ``split_heads`` in one: GPT-2 and Llama share it)."""
+    qkv = linear(x_BTD, layer.w_qkv, layer.b_qkv)
+    d_head = layer.w_k.shape[1] // n_kv_heads
+    if qkv.dim() == 1:  # one row: (1, H + 2 Hkv, 1, K) directly
+        heads_BNTK = qkv.view(1, -1, 1, d_head)
+    else:
+        heads_BNTK = qkv.unflatten(-1, (-1, d_head)).transpose(1, 2)  # (B, H + 2 Hkv, T, K)
+    return heads_BNTK.split_with_sizes([n_heads, n_kv_heads, n_kv_heads], dim=1)
 
 
 def split_heads(x_BTD: torch.Tensor, n_heads: int) -> torch.Tensor:
     """[B, T, H*K] -> [B,H,T,K] (a view)"""
-    n_batch, n_new, width = x_BTD.shape
-    return x_BTD.view(n_batch, n_new, n_heads, width // n_heads).transpose(1, 2)  # (B, H, T, K)
+    return x_BTD.unflatten(-1, (n_heads, -1)).transpose(1, 2)  # (B, H, T, K), a view
 
 
 def repeat_kv(k_BHSK: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -135,10 +149,11 @@ def sdpa(
     )
 
 
-def merge_heads(o_BHTK: torch.Tensor) -> torch.Tensor:
-    """[B,H,T,K] -> [B, T, H*K]"""
-    n_batch, n_heads, n_new, d_head = o_BHTK.shape
-    return o_BHTK.transpose(1, 2).reshape(n_batch, n_new, n_heads * d_head)  # (B, T, H*K)
+def merge_heads(o_BHTK: torch.Tensor, row: bool = False) -> torch.Tensor:
+    """[B,H,T,K] -> [B, T, H*K], or [H*K] for one row (``row``, B = T = 1)."""
+    if row:  # reshape, not view: cuDNN may return [B,H,1,K] in another memory order
+        return o_BHTK.reshape(-1)
+    return o_BHTK.transpose(1, 2).flatten(2)  # (B, T, H*K): a copy unless T == 1
 
 
 def gelu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
@@ -168,12 +183,9 @@ def attention(
     keys each query may see; the queries attend to the S keys the cache returns. Without one,
     S = T (full recompute, plain causal mask).
     """
-    q_BTD, k_BTE, v_BTE = project_qkv(x_BTD, layer)
-    q_BHTK = split_heads(q_BTD, config.n_heads)
-    k_new_BHTK = split_heads(k_BTE, config.n_kv_heads)
-    v_new_BHTK = split_heads(v_BTE, config.n_kv_heads)
+    q_BHTK, k_new_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config.n_heads, config.n_kv_heads)
     o_BHTK = attention_core(q_BHTK, k_new_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
-    return linear(merge_heads(o_BHTK), layer.w_o, layer.b_o)
+    return linear(merge_heads(o_BHTK, x_BTD.dim() == 1), layer.w_o, layer.b_o)
 
 
 def attention_core(
@@ -216,11 +228,11 @@ def block(
 
 def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
     """[B,T,D], [V,D] -> [B,T,V]: logits, the token embedding used as the output matrix (tied)."""
+    if x_BTD.dim() == 1:  # one row (``as_row``): BLAS's matrix-vector product
+        return torch.mv(wte_VD, x_BTD).view(1, 1, -1)
     if x_BTD.is_cuda:
         return F.linear(x_BTD, wte_VD)
     n_batch, n_new = x_BTD.shape[:2]
-    if n_batch * n_new == 1:  # one row: BLAS's matrix-vector product
-        return torch.mv(wte_VD, x_BTD.reshape(-1)).view(1, 1, -1)
     n_bytes = n_batch * n_new * wte_VD.shape[0] * wte_VD.element_size()
     if n_bytes < _BIG_OUTPUT:
         return F.linear(x_BTD, wte_VD)

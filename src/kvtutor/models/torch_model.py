@@ -1,11 +1,14 @@
 """The PyTorch model: the same GPT-2 as ``numpy_model``, batched [B, T], written for timing.
 
-``TorchModel`` builds the weights (fused, laid out for the device; on the CPU in one arena on
-2 MiB pages), checks every argument, and runs passes: ``forward``, ``prefill``, ``prefill_row``,
-``decode_step``, ``logits_without_cache``, ``generate``. The step functions it runs are the
-batched mirrors of ``numpy_model``'s, in ``kvtutor.models.torch_mirror``; the fast decode steps
-(``decode_fast``, and ``decode_fixed`` with its CUDA graphs behind ``compile_decode``) are in
-``kvtutor.models.torch_engine``; the caches in ``kvtutor.caches.torch_kv``.
+``TorchDecoder`` is what every torch model shares: the checked passes (``forward``, ``prefill``,
+``prefill_row``, ``decode_step``, ``logits_without_cache``, ``generate``), the caches, and the one
+fast decode path of each device (on a CPU the model's own step functions; on CUDA the same pass
+over a fixed plan, replayed from CUDA graphs: ``compile_decode`` in ``kvtutor.models.torch_engine``).
+``TorchModel`` builds GPT-2's weights (fused, laid out for the device; on the CPU in one arena on
+2 MiB pages) and supplies its pass (``run_pass``): the batched mirrors of ``numpy_model``'s step
+functions, in ``kvtutor.models.torch_mirror``. The caches are in ``kvtutor.caches.torch_kv``; a
+NumPy cache of one sequence (window, int8, paged, prefix-cached) runs as a batch of one through
+``kvtutor.caches.torch_bridge``.
 """
 
 from __future__ import annotations
@@ -18,23 +21,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..caches.kv import CACHE_KINDS
+from ..caches.kv import CACHE_KINDS, CacheBase
+from ..caches.torch_bridge import SequenceCache
 from ..caches.torch_kv import Plan, TorchConcatKVCache, TorchKVCache, TorchPreallocatedKVCache, check_active
 from ..text import TEXT_WIDTH, wrap_call
 from ..validate import check_int, check_max_new_tokens, check_seed
 from .config import ModelConfig
 from .gpt2_weights import GPT2Weights, LayerWeights, gpt2_state_dict, random_weights, weights_from_state_dict
-from .torch_engine import (
-    DecodeWeights,
-    WeightArena,
-    bucket_for,
-    check_batch,
-    compile_decode,
-    decode_fast,
-    token_ids,
-)
+from .torch_engine import WeightArena, bucket_for, check_batch, compile_decode, token_ids
 from .torch_mirror import (
     TorchLayerWeights,
+    as_row,
     block,
     check_finite_weights,
     embed,
@@ -53,21 +50,37 @@ assert tuple(_CACHE_CLASSES) == CACHE_KINDS  # the same kind names as the NumPy 
 class TorchDecoder:
     """What every torch model of kvtutor shares (GPT-2's ``TorchModel``, ``TorchLlamaModel``): the
     cache (``new_cache``, ``check_cache``), the checked passes (``forward``, ``prefill``,
-    ``forward_row``, ``prefill_row``, ``logits_without_cache``) and the weight counts. A model
-    supplies ``config``, ``device``, ``dtype``, ``_named_weights`` and ``_run``: embedding, blocks,
-    head and the cache advance of one unchecked pass."""
+    ``forward_row``, ``prefill_row``, ``decode_step``, ``logits_without_cache``, ``generate``), the
+    fast decode path (``compile_decode``) and the weight counts. A model supplies ``config``,
+    ``device``, ``dtype``, ``layers``, ``_named_weights`` and ``run_pass``: embedding, blocks and
+    head of one unchecked pass."""
 
     config: Any
     device: torch.device
     dtype: torch.dtype
+    layers: list[Any]
+    # generate's graphed decode: ((batch, capacity), cache, step), kept for the next call
+    _kept_decode: tuple[tuple[int, int], TorchPreallocatedKVCache, Callable[..., Any]] | None = None
 
     def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def run_pass(
+        self, ids_BT: torch.Tensor, cache: TorchKVCache | None, plan: Plan | None, last_only: bool = False
+    ) -> torch.Tensor:
+        """[B,T] -> [B,T,V] ([B,1,V] with ``last_only``): embedding, blocks, final norm and head of
+        one pass, unchecked (callers validate). Each layer writes the cache where ``plan`` says; the
+        lengths do not move (``_run`` advances them; a CUDA graph records that itself)."""
         raise NotImplementedError
 
     def _run(
         self, ids_BT: torch.Tensor, cache: TorchKVCache | None, plan: Plan | None, last_only: bool = False
     ) -> torch.Tensor:
-        raise NotImplementedError
+        """``run_pass``, then the cache advanced by the plan."""
+        logits = self.run_pass(ids_BT, cache, plan, last_only)
+        if cache is not None:
+            cache.advance(plan)
+        return logits
 
     def first_layers(self, n_layers: int) -> Any:
         """A model of this model's first ``n_layers`` blocks, then its final norm and LM head: a
@@ -76,6 +89,7 @@ class TorchDecoder:
         cut = copy.copy(self)
         cut.config = replace(self.config, n_layers=n_layers)
         cut.layers = self.layers[:n_layers]
+        cut._kept_decode = None  # its own graphed decode, for its own caches
         return cut
 
     def _weights(self) -> list[torch.Tensor]:
@@ -119,10 +133,15 @@ class TorchDecoder:
     def check_cache(self, cache: Any, kind: str | None = None) -> TorchKVCache:
         """``cache``, if it is a cache from ``new_cache`` that fits this model (layers, KV heads, head
         width, dtype, device, at most ``max_seq_len`` positions) and, given ``kind``, of that kind;
-        else a TypeError or ValueError naming ``cache``."""
+        else a TypeError or ValueError naming ``cache``. A NumPy cache of one sequence (window, int8,
+        paged, prefix-cached: ``kvtutor.caches``) comes back as a batch of one around it
+        (``torch_bridge.SequenceCache``, kind ``"sequence"``)."""
+        if isinstance(cache, CacheBase):
+            cache = SequenceCache(cache, self.device, self.dtype)
         if not isinstance(cache, TorchKVCache):
             raise TypeError(
-                f"cache: expected a cache from {type(self).__name__}.new_cache(), got {type(cache).__name__}"
+                f"cache: expected a cache from {type(self).__name__}.new_cache() or a NumPy cache of "
+                f"one sequence, got {type(cache).__name__}"
             )
         cfg = self.config
         got = (cache.n_layers, cache.n_kv_heads, cache.d_head, cache.dtype, cache.device)
@@ -150,7 +169,7 @@ class TorchDecoder:
         the rows may be at different lengths; a concat cache keeps them at one length.
         """
         if cache is not None:
-            self.check_cache(cache)
+            cache = self.check_cache(cache)
         ids_BT = token_ids(ids_BT, 2, self.config.vocab_size, "ids_BT", self.device)
         n_new = ids_BT.shape[1]
         if cache is None:
@@ -170,7 +189,7 @@ class TorchDecoder:
     def forward_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
         """[T] -> [T,V]: T new tokens of one row of a batched cache, at positions len(row) ..
         len(row)+T-1 (a prompt chunk continuing its row); the other rows are untouched."""
-        self.check_cache(cache)
+        cache = self.check_cache(cache)
         row = cache.check_row(row)
         if cache.kind == "concat" and cache.batch_size > 1:
             raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
@@ -180,7 +199,7 @@ class TorchDecoder:
 
     def prefill_row(self, ids_T: Any, cache: TorchKVCache, row: int) -> torch.Tensor:
         """[T] -> [T,V]: prefill one row of a batched cache (an empty row); the other rows are untouched."""
-        self.check_cache(cache)
+        cache = self.check_cache(cache)
         row = cache.check_row(row)
         if cache.kind == "concat" and cache.batch_size > 1:
             raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
@@ -198,15 +217,13 @@ class TorchDecoder:
 
         ``active`` (bool [B], default all): rows marked False are not advanced and their cache is not
         written; their logits rows are NaN. Every active row must already hold a token (prefill first).
+        The step is the model's own pass (``run_pass``) with T = 1: on a CPU a single row's products
+        are BLAS mat-vecs (``torch_mirror.linear``); ``compile_decode`` is the fixed-shape step that
+        CUDA graphs replay.
         """
-        ids_B1, active_B, _ = self._check_decode(ids_B, cache, active)
-        return self._decode_planned(ids_B1, cache, active_B)
-
-    def _check_decode(self, ids_B: Any, cache: TorchKVCache, active: Any) -> tuple[Any, Any, np.ndarray]:
-        """decode_step's checks -> (ids [B,1] on the device, active [B] or None, host lengths [B])."""
         if cache is None:
             raise TypeError(f"cache: expected a cache from {type(self).__name__}.new_cache(), got None")
-        self.check_cache(cache)
+        cache = self.check_cache(cache)
         ids_B1 = token_ids(ids_B, 1, self.config.vocab_size, "ids_B", self.device)[:, None]
         check_batch(ids_B1, cache, "ids_B")
         active_B = check_active(active, cache)
@@ -217,10 +234,6 @@ class TorchDecoder:
                 f"cache: expected prefilled rows for decode_step, row {int(empty[0])} is empty "
                 "(prefill it, or mark it inactive)"
             )
-        return ids_B1, active_B, lengths
-
-    def _decode_planned(self, ids_B1: torch.Tensor, cache: TorchKVCache, active_B: Any) -> torch.Tensor:
-        """One checked decode step through the step functions, at each row's own position."""
         plan = cache.plan(1, active=active_B, name="ids_B")
         logits_BV = self._run(ids_B1, cache, plan)[:, 0]
         if plan.active_dev is not None:
@@ -228,14 +241,13 @@ class TorchDecoder:
         return logits_BV
 
     @torch.inference_mode()
-    @torch.inference_mode()
     def generate(
         self, ids_BT: Any, max_new_tokens: int, cache_kind: str = "preallocated", graphs: bool | None = None
     ) -> torch.Tensor:
         """prompts [B,T] -> new token ids [B,N], greedy: one prefill, then one batched decode step a token.
 
-        The steps take the model's fast path on this device (``_decode_steps``). For ``TorchModel``,
-        ``graphs`` (default: on CUDA with the preallocated cache) runs them through ``compile_decode``:
+        The steps take the model's fast path on this device (``_decode_steps``): ``graphs``
+        (default: on CUDA with the preallocated cache) runs them through ``compile_decode``:
         CUDA graph replays on a GPU, the same fixed-shape step eagerly on a CPU; the cache and its
         graphs are kept for the next call of the same batch size and capacity bucket, so only the first
         call pays for the capture. ``graphs=False`` runs every step eagerly.
@@ -259,14 +271,49 @@ class TorchDecoder:
     def _decode_steps(
         self, n_batch: int, n_positions: int, cache_kind: str, graphs: bool | None
     ) -> tuple[TorchKVCache, Callable[[torch.Tensor], torch.Tensor]]:
-        """``generate``'s cache and its step ids [B] -> logits [B,V]; here the step functions
-        themselves (a model with a faster path on its device overrides this)."""
-        if graphs:
-            raise ValueError(f"graphs: {type(self).__name__} has no graphed step, got graphs=True")
-        if graphs is not None and not isinstance(graphs, bool):
+        """``generate``'s cache and its one step a token, the fast path of this device: the graphed
+        fixed-shape step (``graphs``, the default on CUDA with the preallocated cache), else the
+        model's pass itself (``run_pass``, T = 1)."""
+        if graphs is None:
+            graphs = self.device.type == "cuda" and cache_kind == "preallocated"
+        elif not isinstance(graphs, bool):
             raise TypeError(f"graphs: expected a bool or None, got {type(graphs).__name__}")
+        elif graphs and cache_kind != "preallocated":
+            raise ValueError("graphs: the fixed-shape step needs cache_kind='preallocated', got 'concat'")
+        if graphs:
+            cache, graphed = self._graphed_decode(n_batch, n_positions)
+            return cache, lambda ids_B: graphed(ids_B, False)
         cache = self.new_cache(n_batch, n_positions, cache_kind)
         return cache, lambda ids_B: self._run(ids_B[:, None], cache, cache.plan(1))[:, 0]
+
+    def _graphed_decode(
+        self, n_batch: int, n_positions: int
+    ) -> tuple[TorchPreallocatedKVCache, Callable[..., Any]]:
+        """An empty preallocated cache of at least ``n_positions`` slots and its ``compile_decode`` step,
+        reused while the batch size and capacity bucket stay the same (one kept at a time)."""
+        capacity = bucket_for(n_positions, self.config.max_seq_len)
+        kept = self._kept_decode
+        if kept is None or kept[0] != (n_batch, capacity):
+            self._kept_decode = None  # free the old cache and graphs first
+            cache = self.new_cache(n_batch, capacity, "preallocated")
+            self._kept_decode = ((n_batch, capacity), cache, self.compile_decode(cache))
+        _, cache, step = self._kept_decode
+        cache.truncate(0)
+        return cache, step
+
+    def compile_decode(
+        self,
+        cache: TorchPreallocatedKVCache,
+        mode: str = "cuda_graph",
+    ) -> Callable[..., torch.Tensor]:
+        """cache -> step(ids_B, check=True) -> logits [B,V]: a faster
+        ``decode_step`` bound to this (preallocated) cache, every row advancing
+        by one token a call: fixed-shape steps over key buckets, replayed from
+        CUDA graphs on a GPU (``mode="cuda_graph"``, or ``"compile"`` to
+        ``torch.compile`` them first), run eagerly on a CPU. The whole story:
+        ``torch_engine.compile_decode``.
+        """
+        return compile_decode(self, cache, mode)
 
     def logits_without_cache(self, ids_BT: Any) -> torch.Tensor:
         """[B,T] -> [B,T,V]: every position recomputed from scratch, no cache involved."""
@@ -282,10 +329,8 @@ class TorchModel(TorchDecoder):
     runs under ``torch.inference_mode()``. Token ids may be lists, NumPy arrays or tensors.
 
     On the CPU all weights live in one buffer on 2 MiB pages where the OS allows (fewer TLB misses
-    while decode streams them). A decode step with every row at one position (``generate``,
-    ``decode_step`` without ragged rows) takes ``torch_engine.decode_fast``, which reads
-    ``.decode_weights`` (``torch_engine.DecodeWeights``, views of ``.layers``); everything else goes
-    through the step functions of ``torch_mirror``, which mirror ``numpy_model``.
+    while decode streams them). Every pass, decode steps included, goes through the step functions
+    of ``torch_mirror``, which mirror ``numpy_model``.
     """
 
     def __init__(
@@ -346,9 +391,6 @@ class TorchModel(TorchDecoder):
             )
 
         check_finite_weights(self._named_weights())  # a nan given, or a number past the dtype's range
-        self.decode_weights = [DecodeWeights.of(ly) for ly in self.layers]
-        # generate's graphed decode: ((batch, capacity), cache, step), kept for the next call
-        self._kept_decode: tuple[tuple[int, int], TorchPreallocatedKVCache, Callable[..., Any]] | None = None
 
     def row_major(self, n_in: int, n_out: int) -> bool:
         """Store an [in, out] matrix as it is ([in, out] contiguous, rows of
@@ -439,13 +481,6 @@ class TorchModel(TorchDecoder):
         sd = gpt2_state_dict(self, lambda ly: (ly.w_qkv, ly.b_qkv))
         return {k: v.contiguous().clone() for k, v in sd.items()}
 
-    def first_layers(self, n_layers: int) -> TorchModel:
-        """``TorchDecoder.first_layers``, with the fused decode weights cut the same way."""
-        cut = super().first_layers(n_layers)
-        cut.decode_weights = self.decode_weights[: cut.config.n_layers]
-        cut._kept_decode = None  # its own graphed decode, for its own caches
-        return cut
-
     def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
         out = [("wte_VD", self.wte_VD), ("wpe_MD", self.wpe_MD), ("lnf_g", self.lnf_g), ("lnf_b", self.lnf_b)]
         skip = {"w_q", "b_q", "w_k", "b_k", "w_v", "b_v"}  # views of w_qkv / b_qkv
@@ -465,78 +500,18 @@ class TorchModel(TorchDecoder):
         n_vocab = self.config.vocab_size
         return logits_BTV if logits_BTV.shape[-1] == n_vocab else logits_BTV[..., :n_vocab]
 
-    def _run(
+    def run_pass(
         self, ids_BT: torch.Tensor, cache: TorchKVCache | None, plan: Plan | None, last_only: bool = False
     ) -> torch.Tensor:
-        """Embed, the blocks, ln_f, LM head; commits the cache. No checks: callers validate first."""
+        """Embed, the blocks, ln_f, LM head (``TorchDecoder.run_pass``)."""
         cfg = self.config
         if plan is None:
             start: int | torch.Tensor = 0
         else:
             start = plan.start if plan.pos_B is None else plan.pos_B
-        x_BTD = embed(ids_BT, self.wte_VD, self.wpe_MD, start)
+        x_BTD = as_row(embed(ids_BT, self.wte_VD, self.wpe_MD, start))  # one CPU row: vectors
         for i, layer in enumerate(self.layers):
             x_BTD = block(x_BTD, layer, cfg, cache, i, plan)
-        if last_only:
+        if last_only and x_BTD.dim() > 1:
             x_BTD = x_BTD[:, -1:]
-        logits_BTV = self.lm_head(layer_norm(x_BTD, self.lnf_g, self.lnf_b, cfg.layer_norm_eps))
-        if cache is not None:
-            cache.advance(plan)
-        return logits_BTV
-
-    @torch.inference_mode()
-    def decode_step(self, ids_B: Any, cache: TorchKVCache, active: Any = None) -> torch.Tensor:
-        """``TorchDecoder.decode_step``; with every row at one position (no ``active`` given) it takes
-        ``torch_engine.decode_fast``, the fused step."""
-        ids_B1, active_B, lengths = self._check_decode(ids_B, cache, active)
-        if active_B is None and (lengths == lengths[0]).all():  # every row at one position
-            cache.check_room(1, np.arange(cache.batch_size), "ids_B")
-            return decode_fast(self, ids_B1[:, 0], cache)
-        return self._decode_planned(ids_B1, cache, active_B)
-
-    def _decode_steps(
-        self, n_batch: int, n_positions: int, cache_kind: str, graphs: bool | None
-    ) -> tuple[TorchKVCache, Callable[[torch.Tensor], torch.Tensor]]:
-        """``generate``'s cache and its one step a token, the fast path of this device: the graphed
-        fixed-shape step (``graphs``, the default on CUDA with the preallocated cache), else the fused
-        eager step (``torch_engine.decode_fast``)."""
-        if graphs is None:
-            graphs = self.device.type == "cuda" and cache_kind == "preallocated"
-        elif not isinstance(graphs, bool):
-            raise TypeError(f"graphs: expected a bool or None, got {type(graphs).__name__}")
-        elif graphs and cache_kind != "preallocated":
-            raise ValueError("graphs: the fixed-shape step needs cache_kind='preallocated', got 'concat'")
-        if graphs:
-            cache, graphed = self._graphed_decode(n_batch, n_positions)
-            return cache, lambda ids_B: graphed(ids_B, False)
-        cache = self.new_cache(n_batch, n_positions, cache_kind)
-        return cache, lambda ids_B: decode_fast(self, ids_B, cache)
-
-    def _graphed_decode(
-        self, n_batch: int, n_positions: int
-    ) -> tuple[TorchPreallocatedKVCache, Callable[..., Any]]:
-        """An empty preallocated cache of at least ``n_positions`` slots and its ``compile_decode`` step,
-        reused while the batch size and capacity bucket stay the same (one kept at a time)."""
-        capacity = bucket_for(n_positions, self.config.max_seq_len)
-        kept = self._kept_decode
-        if kept is None or kept[0] != (n_batch, capacity):
-            self._kept_decode = None  # free the old cache and graphs first
-            cache = self.new_cache(n_batch, capacity, "preallocated")
-            self._kept_decode = ((n_batch, capacity), cache, self.compile_decode(cache))
-        _, cache, step = self._kept_decode
-        cache.truncate(0)
-        return cache, step
-
-    def compile_decode(
-        self,
-        cache: TorchPreallocatedKVCache,
-        mode: str = "cuda_graph",
-    ) -> Callable[..., torch.Tensor]:
-        """cache -> step(ids_B, check=True) -> logits [B,V]: a faster
-        ``decode_step`` bound to this (preallocated) cache, every row advancing
-        by one token a call: fixed-shape steps over key buckets, replayed from
-        CUDA graphs on a GPU (``mode="cuda_graph"``, or ``"compile"`` to
-        ``torch.compile`` them first), run eagerly on a CPU. The whole story:
-        ``torch_engine.compile_decode``.
-        """
-        return compile_decode(self, cache, mode)
+        return self.lm_head(layer_norm(x_BTD, self.lnf_g, self.lnf_b, cfg.layer_norm_eps))

@@ -27,6 +27,7 @@ __all__ = [
     "check_model",
     "forward_one",
     "prefill_in_chunks",
+    "check_one_sequence",
     "check_empty_cache",
     "forward_row",
     "LoopedSlots",
@@ -82,7 +83,7 @@ def prefill_in_chunks(
     every key already cached: its C queries are the last C of S keys,
     which is the bottom-right causal mask. The cache ends as a whole
     prefill leaves it. Any cache of ``model`` for one sequence: NumPy
-    (preallocated, concat, paged) or torch of batch size 1.
+    (preallocated, concat, window, int8, paged) or torch of batch size 1.
 
     The book shows this in "Continuous batching".
     """
@@ -101,9 +102,7 @@ def prefill_in_chunks(
 def _check_chunked(model: Any, prompt_ids: Any, cache: Any, chunk_size: Any) -> tuple[np.ndarray, int]:
     """``prefill_in_chunks``'s checks, all before any chunk is written."""
     cfg = check_model(model, "model")
-    model.check_cache(cache)
-    if is_torch_model(model) and cache.batch_size != 1:
-        raise ValueError(f"cache: expected a cache of batch size 1, got {cache.batch_size}")
+    check_one_sequence(model, cache)
     prompt = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
     chunk_size = check_int("chunk_size", chunk_size, 1)
     if len(cache) + len(prompt) > cache.capacity:
@@ -114,12 +113,19 @@ def _check_chunked(model: Any, prompt_ids: Any, cache: Any, chunk_size: Any) -> 
     return prompt, chunk_size
 
 
+def check_one_sequence(model: Any, cache: Any, name: str = "cache") -> None:
+    """A TypeError/ValueError naming ``name`` unless ``cache`` is a cache of ``model`` for one
+    sequence: any NumPy cache (a torch model runs it as a batch of one), or a torch cache of batch
+    size 1."""
+    checked = model.check_cache(cache)  # a torch model returns the cache it will run
+    if is_torch_model(model) and checked.batch_size != 1:
+        raise ValueError(f"{name}: expected a cache of batch size 1, got {checked.batch_size}")
+
+
 def check_empty_cache(model: Any, cache: Any, name: str = "cache") -> None:
     """A TypeError/ValueError naming ``name`` unless ``cache`` is an empty cache of ``model`` for one
-    sequence (a NumPy cache always holds one; a torch cache must have batch size 1)."""
-    model.check_cache(cache)
-    if is_torch_model(model) and cache.batch_size != 1:
-        raise ValueError(f"{name}: expected a cache of batch size 1, got {cache.batch_size}")
+    sequence (``check_one_sequence``)."""
+    check_one_sequence(model, cache, name)
     if len(cache) != 0:
         raise ValueError(f"{name}: expected an empty cache, got one holding {len(cache)}")
 
