@@ -28,7 +28,7 @@ SECTIONS = [
     "decode_bandwidth",
     "prefill_vs_matmul",
     "generate_vs_transformers",
-    "static_vs_concat",
+    "preallocated_vs_concat",
     "cache_vs_recompute",
     "goals",
 ]
@@ -37,7 +37,7 @@ GOAL_IDS = {
     "generate_speedup_small",
     "generate_speedup_gpt2-small",
     "prefill_matmul",
-    "static_vs_concat",
+    "preallocated_vs_concat",
     "compute_bound_batch",
 }
 
@@ -129,7 +129,7 @@ def test_sections_hold_the_numbers(recorded):
         assert g["speedup"] == pytest.approx(
             g["transformers"]["time"]["median_s"] / g["ours"]["time"]["median_s"]
         )
-    for p in r["static_vs_concat"]["points"]:
+    for p in r["preallocated_vs_concat"]["points"]:
         assert p["identical_tokens"] is True
         assert p["concat_copy_bytes"] > 0
     pts = r["cache_vs_recompute"]["points"]
@@ -180,11 +180,11 @@ def one_thread():
 def test_sections_subset(monkeypatch, one_thread):
     monkeypatch.setenv("KVTUTOR_BENCH_SIZE", "tiny")
     r = bench.run("cpu", sections=["concat"])
-    assert "static_vs_concat" in r and "prefill_sweep" not in r
+    assert "preallocated_vs_concat" in r and "prefill_sweep" not in r
     assert [g["id"] for g in r["goals"]] == [
         "generate_speedup_small",
         "generate_speedup_gpt2-small",
-        "static_vs_concat",
+        "preallocated_vs_concat",
     ]
     assert r["goals"][0]["value"] is None and r["goals"][0]["met"] is None
 
@@ -314,8 +314,14 @@ def test_engine_section_measures_every_part(engine_run):
     assert g["identical_tokens"] and len(g["ours_tokens"]) == g["n_new"]  # float32 on the CPU: same tokens
     assert g["speedup"] == pytest.approx(g["transformers_static_s_per_token"] / g["ours_s_per_token"])
     c = eng["graph_vs_concat"]
-    assert c["identical_tokens"] and set(c["seconds"]) == {"static_graphs", "static_eager", "concat"}
-    assert c["graphs_vs_concat"] == pytest.approx(c["seconds"]["concat"] / c["seconds"]["static_graphs"])
+    assert c["identical_tokens"] and set(c["seconds"]) == {
+        "preallocated_graphs",
+        "preallocated_eager",
+        "concat",
+    }
+    assert c["graphs_vs_concat"] == pytest.approx(
+        c["seconds"]["concat"] / c["seconds"]["preallocated_graphs"]
+    )
     b = eng["big_decode"]
     assert b["ratio_to_copy"] == pytest.approx(
         b["weight_bytes"] / b["step_s"] / result["ceilings"]["copy_bandwidth"]
@@ -326,7 +332,7 @@ def test_engine_goals_are_never_at_goal_size_on_a_cpu(engine_run):
     result, _, _ = engine_run
     goals = {g["id"]: g for g in result["goals"]}
     ids = {"gpu_decode_vs_products", "gpu_decode_bandwidth_7b", "gpu_generate_vs_hf_static",
-           "gpu_static_graph_vs_concat"}  # fmt: skip
+           "gpu_graph_vs_concat"}  # fmt: skip
     assert ids <= set(goals)
     for gid in ids:
         assert goals[gid]["at_goal_size"] is False and isinstance(goals[gid]["value"], float)

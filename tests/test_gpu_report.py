@@ -232,7 +232,7 @@ def test_values_at_recording_are_the_issues_now_column(run):
     assert value("gpu_decode_bandwidth_7b") is None
     assert value("gpu_generate_vs_hf_static") == pytest.approx(1.6, abs=0.01)
     assert value("gpu_prefill_matmul") == pytest.approx(0.660, abs=0.001)
-    assert value("gpu_static_graph_vs_concat") == pytest.approx(0.82, abs=0.005)
+    assert value("gpu_graph_vs_concat") == pytest.approx(0.82, abs=0.005)
     assert value("no_such_goal") is None
 
 

@@ -64,7 +64,7 @@ def test_there_are_recorded_bench_files():
 def test_every_recorded_bench_file_follows_the_schema(path):
     text = path.read_text(encoding="utf-8")
     result = schema.load_result(path)
-    assert result["schema"] == 1 == schema.SCHEMA_VERSION
+    assert result["schema"] == 2 == schema.SCHEMA_VERSION
     assert result == json.loads(text)  # loaded as it is: the checker changes nothing
     assert set(result) <= set(schema.TOP_LEVEL)
 
@@ -92,8 +92,8 @@ def _set(*keys_and_value):
 CORRUPTIONS = [
     (lambda r: r.pop("ceilings"), r"missing key 'ceilings' \(peak FLOP/s"),
     (lambda r: r["decode_sweep"].pop("points"), r"missing key 'decode_sweep\.points'"),
-    (_set("schema", 2), r"key 'schema': expected a schema version in \[1\], got 2"),
-    (_set("schema", "1"), r"key 'schema': expected a schema version in \[1\], got '1'"),
+    (_set("schema", 1), r"key 'schema': expected a schema version in \[2\], got 1"),
+    (_set("schema", "2"), r"key 'schema': expected a schema version in \[2\], got '2'"),
     (lambda r: r.pop("schema"), r"missing key 'schema'"),
     (_set("dtype", 32), r"key 'dtype': expected string, got integer"),
     (_set("goals", {}), r"key 'goals': expected array, got object"),
@@ -101,8 +101,8 @@ CORRUPTIONS = [
     (_set("decode_sweep", "points", 2, "batch_size", "4"),
      r"key 'decode_sweep\.points\[2\]\.batch_size': expected integer, got string"),
     (_set("goals", 0, "met", "yes"), r"key 'goals\[0\]\.met': expected boolean or null, got string"),
-    (_set("static_vs_concat", "points", 0, "identical_tokens", 1),
-     r"key 'static_vs_concat\.points\[0\]\.identical_tokens': expected boolean, got integer"),
+    (_set("preallocated_vs_concat", "points", 0, "identical_tokens", 1),
+     r"key 'preallocated_vs_concat\.points\[0\]\.identical_tokens': expected boolean, got integer"),
     (_set("hardware", "torch_threads", True),
      r"key 'hardware\.torch_threads': expected integer, got boolean"),
     (_set("prefil_sweep", {}), r"unknown key 'prefil_sweep'"),
@@ -119,10 +119,10 @@ def test_a_corrupted_result_is_refused_naming_the_file_and_the_key(tmp_path, cha
 def test_a_file_that_is_not_strict_json_is_refused(tmp_path):
     path = tmp_path / "nan.json"
     name = re.escape(str(path))
-    path.write_text('{"schema": 1, "x": NaN}', encoding="utf-8")
+    path.write_text('{"schema": 2, "x": NaN}', encoding="utf-8")
     with pytest.raises(ValueError, match=rf"^{name}: expected strict JSON, got the non-finite number NaN"):
         schema.load_result(path)
-    path.write_text('{"schema": 1,', encoding="utf-8")
+    path.write_text('{"schema": 2,', encoding="utf-8")
     with pytest.raises(ValueError, match=rf"^{name}: expected a JSON file, got invalid JSON"):
         schema.load_result(path)
     path.write_text("[1, 2]", encoding="utf-8")

@@ -8,7 +8,7 @@ model and writes every number, as seconds and as ratios to those ceilings, to on
 - how fast a batch-1 decode step reads its weights, against one large GEMV (or a device copy);
 - ``TorchModel.generate`` against ``transformers``' ``generate`` (same weights, same tokens);
 - prefill FLOP/s against ``torch.matmul`` in the model's own shapes;
-- the preallocated (static) cache against the concat cache;
+- the preallocated cache against the concat cache;
 - tokens/s with and without the cache as the sequence grows.
 
 Sizes: ``tiny`` (tests), ``quick`` (CI, the default on a CPU) and ``full`` (the goals' sizes, the
@@ -36,9 +36,9 @@ from .experiments import (
     run_decode_bandwidth,
     run_decode_sweep,
     run_generate_vs_transformers,
+    run_preallocated_vs_concat,
     run_prefill_sweep,
     run_prefill_vs_matmul,
-    run_static_vs_concat,
 )
 from .tables import MODELS, SIZES, sizes
 
@@ -56,7 +56,7 @@ __all__ = [
     "run_decode_bandwidth",
     "run_prefill_vs_matmul",
     "run_generate_vs_transformers",
-    "run_static_vs_concat",
+    "run_preallocated_vs_concat",
     "run_append",
     "run_cache_vs_recompute",
     "run_engine",

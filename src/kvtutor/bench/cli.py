@@ -33,9 +33,9 @@ from .experiments import (
     run_decode_bandwidth,
     run_decode_sweep,
     run_generate_vs_transformers,
+    run_preallocated_vs_concat,
     run_prefill_sweep,
     run_prefill_vs_matmul,
-    run_static_vs_concat,
 )
 from .tables import sizes
 
@@ -161,7 +161,9 @@ def _generate(r: _Run) -> dict[str, Any]:
 
 def _concat(r: _Run) -> dict[str, Any]:
     m = r.model(r.sz["concat_model"])
-    return {"static_vs_concat": run_static_vs_concat(m, r.sz["concat_lengths"], 8, min(r.reps, 3))}
+    return {
+        "preallocated_vs_concat": run_preallocated_vs_concat(m, r.sz["concat_lengths"], 8, min(r.reps, 3))
+    }
 
 
 def _recompute(r: _Run) -> dict[str, Any]:

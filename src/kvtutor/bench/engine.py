@@ -186,9 +186,9 @@ def run_graph_vs_concat(
     check_repeats(repeats)
     device = device_of(model)
     ids = random_ids(model, 1, prompt_len)
-    ways = {  # JSON keys: "static" is the preallocated cache
-        "static_graphs": lambda: model.generate(ids, n_new, "preallocated", graphs=True),
-        "static_eager": lambda: model.generate(ids, n_new, "preallocated", graphs=False),
+    ways = {  # JSON keys: the cache kind, with or without graphs
+        "preallocated_graphs": lambda: model.generate(ids, n_new, "preallocated", graphs=True),
+        "preallocated_eager": lambda: model.generate(ids, n_new, "preallocated", graphs=False),
         "concat": lambda: model.generate(ids, n_new, "concat"),
     }
     with torch.inference_mode():
@@ -197,12 +197,12 @@ def run_graph_vs_concat(
         for _ in range(repeats):
             r = {k: measure(fn, device, warmup=0, min_repeats=1, min_run_time=min_run_time).median_s
                  for k, fn in ways.items()}  # fmt: skip
-            r["ratio"] = r["concat"] / r["static_graphs"]
+            r["ratio"] = r["concat"] / r["preallocated_graphs"]
             rounds.append(r)
     mid = median_round(rounds)
     return {
         "config": config_dict(model.config), "dtype": dtype_info(model.dtype).name, "n_new": n_new,
         "prompt_len": prompt_len, "identical_tokens": len({str(t) for t in tokens.values()}) == 1,
         "seconds": {k: mid[k] for k in ways}, "graphs_vs_concat": mid["ratio"],
-        "eager_vs_concat": mid["concat"] / mid["static_eager"], "rounds": rounds,
+        "eager_vs_concat": mid["concat"] / mid["preallocated_eager"], "rounds": rounds,
     }  # fmt: skip

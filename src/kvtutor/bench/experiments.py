@@ -41,7 +41,7 @@ __all__ = [
     "run_decode_bandwidth",
     "run_prefill_vs_matmul",
     "run_generate_vs_transformers",
-    "run_static_vs_concat",
+    "run_preallocated_vs_concat",
     "run_append",
     "run_cache_vs_recompute",
     "add_predictions",
@@ -309,14 +309,14 @@ def run_generate_vs_transformers(
     }
 
 
-def run_static_vs_concat(
+def run_preallocated_vs_concat(
     model: TorchModel,
     lengths: Sequence[int],
     prompt_len: int = 8,
     repeats: int = 3,
     min_run_time: float = 0.0,
 ) -> dict[str, Any]:
-    """``generate`` of n tokens with the preallocated cache (recorded under the key ``"static"``)
+    """``generate`` of n tokens with the preallocated cache (recorded under the key ``"preallocated"``)
     and with the concat cache.
 
     Also the bytes that concat copies (every step rewrites the whole history: quadratic in n)
@@ -332,16 +332,16 @@ def run_static_vs_concat(
             raise ValueError(f"lengths: expected prompt {prompt_len} + n <= {cfg.max_seq_len}, got n={n}")
         row: dict[str, Any] = {"n_new": n}
         tokens = {}
-        for key, kind in (("static", "preallocated"), ("concat", "concat")):  # JSON key, cache kind
+        for kind in ("preallocated", "concat"):  # the JSON key is the cache kind
             with torch.no_grad():
-                tokens[key] = model.generate(ids, n, cache_kind=kind).cpu().tolist()
+                tokens[kind] = model.generate(ids, n, cache_kind=kind).cpu().tolist()
             m = timed(lambda kind=kind, n=n: model.generate(ids, n, cache_kind=kind), device, min_run_time,
                       repeats, warmup=0)  # fmt: skip
-            row[key] = {"time": m.as_dict(), "tokens_per_s": n / m.median_s}
-        row["identical_tokens"] = tokens["static"] == tokens["concat"]
-        row["speedup"] = row["concat"]["time"]["median_s"] / row["static"]["time"]["median_s"]
+            row[kind] = {"time": m.as_dict(), "tokens_per_s": n / m.median_s}
+        row["identical_tokens"] = tokens["preallocated"] == tokens["concat"]
+        row["speedup"] = row["concat"]["time"]["median_s"] / row["preallocated"]["time"]["median_s"]
         # K/V bytes each step writes in place, and bytes concat copies (read + write of the history)
-        row["static_write_bytes"] = costs.kv_cache_bytes(cfg, prompt_len + n - 1, 1, model.dtype)
+        row["preallocated_write_bytes"] = costs.kv_cache_bytes(cfg, prompt_len + n - 1, 1, model.dtype)
         row["concat_copy_bytes"] = sum(
             2 * costs.kv_cache_bytes(cfg, prompt_len + i, 1, model.dtype) for i in range(n - 1)
         )

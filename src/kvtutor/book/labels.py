@@ -175,7 +175,7 @@ ZH: dict[str, str] = {
     "copied by concat": "拼接时复制",
     "torch.cat (copies the history)": "torch.cat（复制历史）",
     "preallocated: new rows only": "预分配：只写新行",
-    "static (in place)": "静态（原地）",
+    "preallocated (in place)": "预分配（原地）",
     "write in place (one row)": "原地写入（一行）",
     "written in place": "原地写入",
     "time per append (µs), measured": "每次追加的时间（µs），实测",

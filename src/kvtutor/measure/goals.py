@@ -89,11 +89,12 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
                 pm["n_tokens"] == 512 and (c["d_model"], c["n_layers"]) == (768, 12),
                 f"T = {pm['n_tokens']}" + _split_note(pm, "prefill"),
             ))  # fmt: skip
-    sc = result.get("static_vs_concat")
+    sc = result.get("preallocated_vs_concat")
     if sc:
         last = sc["points"][-1]
         goals.append(_goal(
-            "static_vs_concat", "preallocated cache >= 1.2x faster than concat over 2048 generated tokens",
+            "preallocated_vs_concat",
+            "preallocated cache >= 1.2x faster than concat over 2048 generated tokens",
             last["speedup"], 1.2, last["n_new"] >= 2048, f"{last['n_new']} generated tokens",
         ))  # fmt: skip
     goals += engine_goals(result.get("engine"), on_gpu)
@@ -123,9 +124,9 @@ GPU_GOALS: dict[str, tuple[str, float]] = {
         "identical greedy tokens, first calls excluded", 2.5),
     "gpu_prefill_matmul": (
         "GPU bf16 prefill at T = 2048 reaches >= 0.75 of the square bf16 matmul's FLOP/s", 0.75),
-    "gpu_static_graph_vs_concat": (
-        "2048 generated tokens: static cache with graphs >= 3x the concat cache, and the static "
-        "cache eager not slower than concat", 3.0),
+    "gpu_graph_vs_concat": (
+        "2048 generated tokens: preallocated cache with graphs >= 3x the concat cache, and the "
+        "preallocated cache eager not slower than concat", 3.0),
 }  # fmt: skip
 
 
@@ -151,9 +152,9 @@ def engine_goals(engine: dict[str, Any] | None, on_gpu: bool) -> list[dict[str, 
          lambda p: shape(p, 2048, 24), lambda p: p["identical_tokens"],
          lambda p: f"{p['n_new']} new tokens; identical tokens: {p['identical_tokens']}; transformers "
                    f"eager {p['transformers_eager_s_per_token'] * 1e3:.2f} ms/token"),
-        ("gpu_static_graph_vs_concat", "graph_vs_concat", lambda p: p["graphs_vs_concat"],
+        ("gpu_graph_vs_concat", "graph_vs_concat", lambda p: p["graphs_vs_concat"],
          lambda p: on_gpu and p["n_new"] >= 2048, lambda p: p["eager_vs_concat"] >= 1.0,
-         lambda p: f"static eager / concat speed {p['eager_vs_concat']:.3f}; identical tokens: "
+         lambda p: f"preallocated eager / concat speed {p['eager_vs_concat']:.3f}; identical tokens: "
                    f"{p['identical_tokens']}"),
     ]  # fmt: skip
     goals = []

@@ -347,8 +347,8 @@ def value_at_recording(goal_id: str, run: Mapping[str, Any]) -> tuple[float | No
     if goal_id == "gpu_prefill_matmul":
         g = _bench_goal(bench, "gpu_prefill_matmul")
         return (None, "not measured") if g is None else (float(g["value"]), "bench entry")
-    if goal_id == "gpu_static_graph_vs_concat":
-        g = _bench_goal(bench, "static_vs_concat")
+    if goal_id == "gpu_graph_vs_concat":
+        g = _bench_goal(bench, "preallocated_vs_concat")
         return (None, "not measured") if g is None else (float(g["value"]), "eager only")
     return None, "not measured"
 

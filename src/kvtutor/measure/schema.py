@@ -3,8 +3,9 @@
 checker that every write and every load goes through (``check_result``, ``load_result``).
 
 A result is one JSON object. ``"schema"`` holds its version (``SCHEMA_VERSION``; the recorded runs
-say 1). Then come what the run measured on (device, size, dtype, the sizes it used, the machine's
-probe, hardware, versions, date and ceilings), one object per section it ran, and the goals. Each
+say 2: version 1 named the preallocated cache "static"). Then come what the run measured on
+(device, size, dtype, the sizes it used, the machine's probe, hardware, versions, date and
+ceilings), one object per section it ran, and the goals. Each
 key below says which JSON types its value may take (``"number"`` includes integers; a number that
 was inf or nan is written as null) and whether it must be there; an object may hold more keys than
 listed, except the top level, which holds only the keys listed. Sections with ``"points"`` hold a
@@ -31,9 +32,9 @@ __all__ = [
 ]
 
 #: the version this code writes
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: the versions this code reads
-READABLE_VERSIONS = (1,)
+READABLE_VERSIONS = (2,)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ TOP_LEVEL: dict[str, Key] = {
     "decode_bandwidth": _opt(_OBJ, "section bandwidth: bench.run_decode_bandwidth"),
     "prefill_vs_matmul": _opt(_OBJ, "section prefill_goal: bench.run_prefill_vs_matmul"),
     "generate_vs_transformers": _opt(_OBJ, "section generate: bench.run_generate_vs_transformers"),
-    "static_vs_concat": _opt(_OBJ, "section concat: bench.run_static_vs_concat"),
+    "preallocated_vs_concat": _opt(_OBJ, "section concat: bench.run_preallocated_vs_concat"),
     "cache_vs_recompute": _opt(_OBJ, "section recompute: bench.run_cache_vs_recompute"),
     "engine": _opt(_OBJ, "section engine (CUDA's by default): the fast path's parts"),
     "load_average_1m_end": _opt(_NUM_NULL, "the 1-minute load average when the run ended"),
@@ -162,7 +163,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "small": _opt(_OBJ, "the 'small' model's comparison, or {'skipped': reason}"),
         "gpt2-small": _opt(_OBJ, "GPT-2 small's comparison, or {'skipped': reason}"),
     },
-    "static_vs_concat": {
+    "preallocated_vs_concat": {
         "config": _CONFIG,
         "dtype": _DTYPE,
         "prompt_len": Key(_INT, "the prompt's tokens"),
@@ -193,13 +194,13 @@ _FLOPS = {
 POINTS: dict[str, dict[str, Key]] = {
     "prefill_sweep": {"n_tokens": Key(_INT, "T"), "batch_size": Key(_INT, "B"), **_FLOPS},
     "decode_sweep": {"batch_size": Key(_INT, "B"), **_FLOPS, "tokens_per_s": Key(_NUM, "B / step time")},
-    "static_vs_concat": {
+    "preallocated_vs_concat": {
         "n_new": Key(_INT, "tokens generated"),
-        "static": Key(_OBJ, "the preallocated cache's time and tokens/s"),
+        "preallocated": Key(_OBJ, "the preallocated cache's time and tokens/s"),
         "concat": Key(_OBJ, "the concat cache's time and tokens/s"),
         "identical_tokens": Key(_BOOL, "whether both generated the same tokens"),
         "speedup": Key(_NUM, "concat time / preallocated time"),
-        "static_write_bytes": Key(_INT, "K/V bytes written in place"),
+        "preallocated_write_bytes": Key(_INT, "K/V bytes written in place"),
         "concat_copy_bytes": Key(_INT, "K/V bytes concat copies"),
     },
     "cache_vs_recompute": {

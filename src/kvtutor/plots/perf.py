@@ -1,4 +1,5 @@
-"""Figures of the performance chapters: rooflines, decode vs batch, cache vs recompute, static vs concat.
+"""Figures of the performance chapters: rooflines, decode vs batch, cache vs recompute,
+preallocated vs concat.
 
 Each function draws sections of a benchmark result (the dicts that ``kvtutor.bench.run_*`` return,
 live or loaded from a recorded JSON) and returns the matplotlib ``Figure``; none measures anything.
@@ -23,7 +24,7 @@ __all__ = [
     "plot_prefill_times",
     "plot_decode_batch",
     "plot_cache_vs_recompute",
-    "plot_static_vs_concat",
+    "plot_preallocated_vs_concat",
     "plot_append_times",
     "plot_decode_growth",
     "BENCH_FIGURES",
@@ -210,8 +211,8 @@ def plot_cache_vs_recompute(recompute: dict[str, Any], title: str = "") -> Figur
     return fig
 
 
-def plot_static_vs_concat(concat: dict[str, Any], title: str = "") -> Figure:
-    """Left: generate time with the static and the concat cache vs tokens generated. Right: the K/V
+def plot_preallocated_vs_concat(concat: dict[str, Any], title: str = "") -> Figure:
+    """Left: generate time with the preallocated and the concat cache vs tokens generated. Right: the K/V
     bytes each moves (cost model): in-place writes grow linearly, concat's copies quadratically."""
     pts = _check_section("concat", concat)
     plt = pyplot()
@@ -219,16 +220,16 @@ def plot_static_vs_concat(concat: dict[str, Any], title: str = "") -> Figure:
     n = [p["n_new"] for p in pts]
     ax_t.plot(
         n,
-        [p["static"]["time"]["median_s"] for p in pts],
+        [p["preallocated"]["time"]["median_s"] for p in pts],
         "s-",
         color=PROMPT_COLOR,
-        label="static (in place)",
+        label="preallocated (in place)",
     )
     ax_t.plot(n, [p["concat"]["time"]["median_s"] for p in pts], "o-", color=DECODE_COLOR, label="concat")
     ax_t.set_xlabel("tokens generated")
     ax_t.set_ylabel("generate time (s), measured")
     ax_t.legend(fontsize=8)
-    ax_b.plot(n, [p["static_write_bytes"] / 2**20 for p in pts], "s-", color=PROMPT_COLOR,
+    ax_b.plot(n, [p["preallocated_write_bytes"] / 2**20 for p in pts], "s-", color=PROMPT_COLOR,
               label="written in place")  # fmt: skip
     ax_b.plot(n, [p["concat_copy_bytes"] / 2**20 for p in pts], "o-", color=DECODE_COLOR,
               label="copied by concat")  # fmt: skip
@@ -302,5 +303,5 @@ BENCH_FIGURES: dict[str, Callable[[dict[str, Any]], Figure | None]] = {
     "prefill_times": _section("prefill_sweep", plot_prefill_times),
     "decode_batch": _section("decode_sweep", plot_decode_batch),
     "cache_vs_recompute": _section("cache_vs_recompute", plot_cache_vs_recompute),
-    "static_vs_concat": _section("static_vs_concat", plot_static_vs_concat),
+    "preallocated_vs_concat": _section("preallocated_vs_concat", plot_preallocated_vs_concat),
 }
