@@ -62,7 +62,7 @@ def embed(
     n_new = ids_BT.shape[1]
     if isinstance(start, int):
         pos_TD = wpe_MD[start : start + n_new]  # every row at the same positions: a slice, no gather
-        return F.embedding(ids_BT, wte_VD) + pos_TD
+        return F.embedding(ids_BT, wte_VD).add_(pos_TD)  # a fresh tensor: add in place
     pos_BT = start[:, None] + torch.arange(n_new, device=start.device)
     return F.embedding(ids_BT, wte_VD) + F.embedding(pos_BT, wpe_MD)
 
