@@ -277,6 +277,12 @@ def test_weight_products_are_the_models_own_products():
         assert sum(matrix_ops.values()) == n_matrices, counts
         assert set(counts) - set(matrix_ops) <= {"_unsafe_view", "view", "reshape"}, counts
         assert products().shape == (1, n_rows, model.config.vocab_size)
+    # one row: the same calls as the model's own decode step, the mat-vec products of its vectors
+    cache = model.new_cache(1, 16)
+    model.prefill([[1, 2, 3]], cache)
+    step = timing.count_ops(lambda: model.decode_step([4], cache))
+    one_row = timing.count_ops(common.weight_products(model, 1))
+    assert {op: step.get(op, 0) for op in one_row} == one_row == {"addmv": n_matrices - 1, "mv": 1}
 
 
 # ---------------------------------------------------------------- the GPU engine's goals, rehearsed on a CPU

@@ -157,12 +157,13 @@ def weight_products(model: TorchModel, n_rows: int) -> Callable[[], Any]:
     a probe in two: the products themselves, and everything between them."""
     import torch
 
-    from ..models.torch_mirror import linear, lm_head
+    from ..models.torch_mirror import as_row, linear, lm_head
 
     cfg = model.config
     g = torch.Generator().manual_seed(0)
-    x_1TD = torch.randn(1, n_rows, cfg.d_model, generator=g).to(model.device, model.dtype)
-    h_1TF = torch.randn(1, n_rows, cfg.d_ff, generator=g).to(model.device, model.dtype)
+    # one row on the CPU is a vector, as the model's own pass has it (``as_row``: mat-vec products)
+    x_1TD = as_row(torch.randn(1, n_rows, cfg.d_model, generator=g).to(model.device, model.dtype))
+    h_1TF = as_row(torch.randn(1, n_rows, cfg.d_ff, generator=g).to(model.device, model.dtype))
 
     def products() -> Any:
         for ly in model.layers:
