@@ -157,20 +157,20 @@ def weight_products(model: TorchModel, n_rows: int) -> Callable[[], Any]:
     a probe in two: the products themselves, and everything between them."""
     import torch
 
-    from ..models.torch_mirror import as_row, linear, lm_head
+    from ..models.torch_mirror import as_rows, linear, lm_head
 
     cfg = model.config
     g = torch.Generator().manual_seed(0)
-    # one row on the CPU is a vector, as the model's own pass has it (``as_row``: mat-vec products)
-    x_1TD = as_row(torch.randn(1, n_rows, cfg.d_model, generator=g).to(model.device, model.dtype))
-    h_1TF = as_row(torch.randn(1, n_rows, cfg.d_ff, generator=g).to(model.device, model.dtype))
+    # one row on the CPU is a vector, as the model's own pass has it (``as_rows``: mat-vec products)
+    x_1TD = as_rows(torch.randn(1, n_rows, cfg.d_model, generator=g).to(model.device, model.dtype))
+    h_1TF = as_rows(torch.randn(1, n_rows, cfg.d_ff, generator=g).to(model.device, model.dtype))
 
     def products() -> Any:
         for ly in model.layers:
-            linear(x_1TD, ly.w_qkv, ly.b_qkv)
-            linear(x_1TD, ly.w_o, ly.b_o)
-            linear(x_1TD, ly.w_fc, ly.b_fc)
-            linear(h_1TF, ly.w_proj, ly.b_proj)
+            linear(x_1TD, ly.w_qkv_OE, ly.b_qkv)
+            linear(x_1TD, ly.w_o_OE, ly.b_o)
+            linear(x_1TD, ly.w_fc_OE, ly.b_fc)
+            linear(h_1TF, ly.w_proj_OE, ly.b_proj)
         return lm_head(x_1TD, model.head_VD)  # the head the model multiplies (padded on CUDA)
 
     return products

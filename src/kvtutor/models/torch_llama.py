@@ -3,7 +3,7 @@
 ``TorchLlamaModel`` is to ``LlamaModel`` what ``TorchModel`` is to ``NumpyModel``: the same steps,
 a batch dimension in front, on the torch caches of ``kvtutor.caches.torch_kv`` (preallocated or
 concat, a length per row) through their public protocol (``plan``, ``update``, ``advance``). Where a
-step is the same as GPT-2's it is ``kvtutor.models.torch_mirror``'s (``as_row``, ``linear``,
+step is the same as GPT-2's it is ``kvtutor.models.torch_mirror``'s (``as_rows``, ``linear``,
 ``project_heads``, ``sdpa``, ``merge_heads``, ``lm_head``); this module holds only what differs:
 no position embedding, RMSNorm, RoPE, SwiGLU, and the block that joins them.
 
@@ -33,7 +33,8 @@ from ..text import TEXT_WIDTH, fields_call, wrap_call
 from . import llama
 from .llama import LlamaConfig, LlamaModel, LlamaWeights
 from .torch_mirror import (
-    as_row,
+    OutInViews,
+    as_rows,
     attention_core,
     check_finite_weights,
     linear,
@@ -120,9 +121,9 @@ def apply_rope(x_BHTK: torch.Tensor, cos_BTK: torch.Tensor, sin_BTK: torch.Tenso
 
 def swiglu(x_BTD: torch.Tensor, layer: TorchLlamaLayerWeights) -> torch.Tensor:
     """[B,T,D] -> [B,T,D]: (SiLU(x W_gate) * x W_up) W_down, gate and up from one matmul."""
-    h_BT2F = linear(x_BTD, layer.w_gate_up, layer.b_gate_up)
+    h_BT2F = linear(x_BTD, layer.w_gate_up_OE, layer.b_gate_up)
     gate_BTF, up_BTF = h_BT2F.chunk(2, dim=-1)
-    return linear(F.silu(gate_BTF) * up_BTF, layer.w_down, layer.b_down)
+    return linear(F.silu(gate_BTF) * up_BTF, layer.w_down_OE, layer.b_down)
 
 
 def attention(
@@ -146,7 +147,7 @@ def attention(
     q_BHTK = apply_rope(q_BHTK, cos_BTK, sin_BTK)
     k_rot_BHTK = apply_rope(k_BHTK, cos_BTK, sin_BTK)
     o_BHTK = attention_core(q_BHTK, k_rot_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
-    return linear(merge_heads(o_BHTK, x_BTD.dim() == 1), layer.w_o, layer.b_o)
+    return linear(merge_heads(o_BHTK, x_BTD), layer.w_o_OE, layer.b_o)
 
 
 def block(
@@ -171,7 +172,7 @@ def block(
 
 
 @dataclass
-class TorchLlamaLayerWeights:
+class TorchLlamaLayerWeights(OutInViews):
     """One block, named as ``llama.LlamaLayerWeights``. Matrices are [in, out] views of contiguous
     [out, in] tensors (Hugging Face's layout); ``w_q``, ``w_k``, ``w_v`` are column slices of
     ``w_qkv`` and ``w_gate``, ``w_up`` of ``w_gate_up``. The biases are zeros (Llama has none),
@@ -349,9 +350,9 @@ class TorchLlamaModel(TorchDecoder):
         else:
             start = plan.start if plan.pos_B is None else plan.pos_B
         cos_BTK, sin_BTK = rope_at(self.cos_MK, self.sin_MK, start, ids_BT.shape[1])
-        x_BTD = as_row(embed_tokens(ids_BT, self.wte_VD))  # one CPU row: vectors
+        x_BTD = as_rows(embed_tokens(ids_BT, self.wte_VD))  # a CPU decode step: rows
         for i, layer in enumerate(self.layers):
             x_BTD = block(x_BTD, layer, cfg, cos_BTK, sin_BTK, cache, i, plan)
-        if last_only and x_BTD.dim() > 1:
+        if last_only and x_BTD.dim() == 3:
             x_BTD = x_BTD[:, -1:]
         return lm_head(rms_norm(x_BTD, self.norm_D, cfg.rms_norm_eps), self.head_VD)

@@ -29,7 +29,7 @@ from .config import ModelConfig
 __all__ = [
     "embed",
     "layer_norm",
-    "as_row",
+    "as_rows",
     "linear",
     "project_heads",
     "split_heads",
@@ -46,6 +46,7 @@ __all__ = [
     "block",
     "lm_head",
     "TorchLayerWeights",
+    "OutInViews",
     "resolve_device_dtype",
     "check_finite_weights",
 ]
@@ -72,40 +73,44 @@ def layer_norm(x_BTD: torch.Tensor, g_D: torch.Tensor, b_D: torch.Tensor, eps: f
     return torch.layer_norm(x_BTD, g_D.shape, g_D, b_D, eps)
 
 
-def as_row(x_BTD: torch.Tensor) -> torch.Tensor:
-    """[B,T,D] -> [D] when the pass is one row on the CPU (B = T = 1), else x unchanged.
+def as_rows(x_BTD: torch.Tensor) -> torch.Tensor:
+    """[B,T,D] -> the rows of a decode step on the CPU (T = 1): [B,D], or the vector [D] for one
+    sequence (B = 1); else x unchanged.
 
-    Every step below takes either: the batched [B,T,...] layout, or one row as plain vectors, as a
-    CPU decode step of one sequence runs (``run_pass``). Vectors let each matrix product be BLAS's
-    matrix-vector product (``linear``), and spare the dozens of reshapes that a [1,1,D] tensor
-    costs: on a CPU a step is a few dozen small operations that each start cold after a large
-    product, so fewer operations is what pays.
+    Every step below takes either the batched [B,T,...] layout or these rows, as a CPU decode step
+    runs (``run_pass``). A vector lets each matrix product be BLAS's matrix-vector product
+    (``linear``), and rows spare the reshapes that a [B,1,D] tensor costs at every step: on a CPU
+    a step is a few dozen small operations that each start cold after a large product, so fewer
+    operations is what pays.
     """
-    return x_BTD.view(-1) if x_BTD.shape[0] * x_BTD.shape[1] == 1 and not x_BTD.is_cuda else x_BTD
+    n_batch, n_new, _ = x_BTD.shape
+    if n_new != 1 or x_BTD.is_cuda:
+        return x_BTD
+    return x_BTD.view(-1) if n_batch == 1 else x_BTD.view(n_batch, -1)
 
 
-def linear(x_BTE: torch.Tensor, w_EO: torch.Tensor, b_O: torch.Tensor) -> torch.Tensor:
-    """[B,T,E] or [E], [E,O], [O] -> [B,T,O] or [O]: x @ W + b; a GEMM for a batch, BLAS's
-    matrix-vector product (``addmv``) for one row given as a vector (``as_row``).
+def linear(x_BTE: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor) -> torch.Tensor:
+    """[B,T,E], [B,E] or [E], [O,E], [O] -> [B,T,O], [B,O] or [O]: x @ W + b for W = w_OE.T; a GEMM
+    for a batch, BLAS's matrix-vector product (``addmv``) for one row given as a vector (``as_rows``).
 
-    ``w_EO`` is a transposed view of a contiguous [O,E] tensor, so ``w_EO.mT`` is that tensor and
-    ``F.linear`` multiplies without copying.
+    ``w_OE`` is the [out, in] layout that ``F.linear`` and BLAS read, the layer's ``*_OE`` view of
+    its [E, O] matrix (``TorchLayerWeights``): made once, so no step pays for a transposed view.
     """
     if x_BTE.dim() == 1:
-        return torch.addmv(b_O, w_EO.mT, x_BTE)
-    return F.linear(x_BTE, w_EO.mT, b_O)
+        return torch.addmv(b_O, w_OE, x_BTE)
+    return F.linear(x_BTE, w_OE, b_O)
 
 
 def project_heads(
     x_BTD: torch.Tensor, layer: Any, n_heads: int, n_kv_heads: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[B,T,D] or [D] -> q [B,H,T,K], k and v [B,Hkv,T,K]: one matmul with [W_Q | W_K | W_V]
+    """[B,T,D], [B,D] or [D] -> q [B,H,T,K], k and v [B,Hkv,T,K]: one matmul with [W_Q | W_K | W_V]
     (``layer.w_qkv``, ``b_qkv``), then the heads split off as views (NumPy's ``project_qkv`` and
     ``split_heads`` in one: GPT-2 and Llama share it)."""
-    qkv = linear(x_BTD, layer.w_qkv, layer.b_qkv)
+    qkv = linear(x_BTD, layer.w_qkv_OE, layer.b_qkv)
     d_head = layer.w_k.shape[1] // n_kv_heads
-    if qkv.dim() == 1:  # one row: (1, H + 2 Hkv, 1, K) directly
-        heads_BNTK = qkv.view(1, -1, 1, d_head)
+    if qkv.dim() < 3:  # decode rows (T = 1): (B, H + 2 Hkv, 1, K) directly
+        heads_BNTK = qkv.view(qkv.shape[0] if qkv.dim() == 2 else 1, -1, 1, d_head)
     else:
         heads_BNTK = qkv.unflatten(-1, (-1, d_head)).transpose(1, 2)  # (B, H + 2 Hkv, T, K)
     return heads_BNTK.split_with_sizes([n_heads, n_kv_heads, n_kv_heads], dim=1)
@@ -149,10 +154,11 @@ def sdpa(
     )
 
 
-def merge_heads(o_BHTK: torch.Tensor, row: bool = False) -> torch.Tensor:
-    """[B,H,T,K] -> [B, T, H*K], or [H*K] for one row (``row``, B = T = 1)."""
-    if row:  # reshape, not view: cuDNN may return [B,H,1,K] in another memory order
-        return o_BHTK.reshape(-1)
+def merge_heads(o_BHTK: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
+    """[B,H,T,K] -> [B, T, H*K], or for decode rows the rows of ``like`` ([B, H*K] or [H*K]:
+    ``as_rows``)."""
+    if like is not None and like.dim() < 3:  # reshape, not view: cuDNN may return [B,H,1,K] in another order
+        return o_BHTK.reshape(*like.shape[:-1], -1)
     return o_BHTK.transpose(1, 2).flatten(2)  # (B, T, H*K): a copy unless T == 1
 
 
@@ -165,8 +171,8 @@ def gelu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
 
 def ffn(x_BTD: torch.Tensor, layer: TorchLayerWeights) -> torch.Tensor:
     """[B,T,D] -> [B,T,D]: W_fc [D,F], GELU, W_proj [F,D]."""
-    h_BTF = linear(x_BTD, layer.w_fc, layer.b_fc)
-    return linear(gelu(h_BTF, inplace=True), layer.w_proj, layer.b_proj)  # h is ours: no new [B,T,F]
+    h_BTF = linear(x_BTD, layer.w_fc_OE, layer.b_fc)
+    return linear(gelu(h_BTF, inplace=True), layer.w_proj_OE, layer.b_proj)  # h is ours: no new [B,T,F]
 
 
 def attention(
@@ -185,7 +191,7 @@ def attention(
     """
     q_BHTK, k_new_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config.n_heads, config.n_kv_heads)
     o_BHTK = attention_core(q_BHTK, k_new_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
-    return linear(merge_heads(o_BHTK, x_BTD.dim() == 1), layer.w_o, layer.b_o)
+    return linear(merge_heads(o_BHTK, x_BTD), layer.w_o_OE, layer.b_o)
 
 
 def attention_core(
@@ -228,8 +234,10 @@ def block(
 
 def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
     """[B,T,D], [V,D] -> [B,T,V]: logits, the token embedding used as the output matrix (tied)."""
-    if x_BTD.dim() == 1:  # one row (``as_row``): BLAS's matrix-vector product
+    if x_BTD.dim() == 1:  # one row (``as_rows``): BLAS's matrix-vector product
         return torch.mv(wte_VD, x_BTD).view(1, 1, -1)
+    if x_BTD.dim() == 2:  # decode rows (``as_rows``)
+        return F.linear(x_BTD, wte_VD).unsqueeze(1)
     if x_BTD.is_cuda:
         return F.linear(x_BTD, wte_VD)
     n_batch, n_new = x_BTD.shape[:2]
@@ -244,8 +252,21 @@ def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------- weights
 
 
+class OutInViews:
+    """``layer.w_x_OE``: the [out, in] view of the layer's [in, out] matrix ``w_x``, the layout
+    ``linear`` hands to BLAS; made on first use and kept on the layer (an attribute, not a field:
+    it is no weight of its own). Both torch models' layer weights have it."""
+
+    def __getattr__(self, name: str) -> Any:  # only names the layer does not have yet
+        if not name.endswith("_OE") or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        view = getattr(self, name.removesuffix("_OE")).mT
+        setattr(self, name, view)
+        return view
+
+
 @dataclass
-class TorchLayerWeights:
+class TorchLayerWeights(OutInViews):
     """One block, named as ``gpt2_weights.LayerWeights``. Matrices are [in, out] views of contiguous
     [out, in] tensors; ``w_q``, ``w_k``, ``w_v`` (and their biases) are column slices of ``w_qkv``."""
 

@@ -31,7 +31,7 @@ from .gpt2_weights import GPT2Weights, LayerWeights, gpt2_state_dict, random_wei
 from .torch_engine import WeightArena, bucket_for, check_batch, compile_decode, token_ids
 from .torch_mirror import (
     TorchLayerWeights,
-    as_row,
+    as_rows,
     block,
     check_finite_weights,
     embed,
@@ -509,9 +509,9 @@ class TorchModel(TorchDecoder):
             start: int | torch.Tensor = 0
         else:
             start = plan.start if plan.pos_B is None else plan.pos_B
-        x_BTD = as_row(embed(ids_BT, self.wte_VD, self.wpe_MD, start))  # one CPU row: vectors
+        x_BTD = as_rows(embed(ids_BT, self.wte_VD, self.wpe_MD, start))  # a CPU decode step: rows
         for i, layer in enumerate(self.layers):
             x_BTD = block(x_BTD, layer, cfg, cache, i, plan)
-        if last_only and x_BTD.dim() > 1:
+        if last_only and x_BTD.dim() == 3:
             x_BTD = x_BTD[:, -1:]
         return self.lm_head(layer_norm(x_BTD, self.lnf_g, self.lnf_b, cfg.layer_norm_eps))
