@@ -189,12 +189,23 @@ def test_bf16_runs_on_cpu():
 # ---------------------------------------------------------------- parity with the NumPy model
 
 
-def test_step_functions_mirror_numpy():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((5, 12)).astype(np.float32)
-    xt = torch.from_numpy(x)[None]
-    assert torch.equal(mirror.split_heads(xt, 3)[0], torch.from_numpy(x.reshape(5, 3, 4).transpose(1, 0, 2)))
-    assert torch.equal(mirror.merge_heads(mirror.split_heads(xt, 3)), xt)
+def test_step_functions_mirror_numpy(pair):
+    numpy_model, ours = pair
+    cfg, rng = numpy_model.config, np.random.default_rng(0)
+    x_TD = rng.standard_normal((5, cfg.d_model)).astype(np.float32)
+    # project_heads is NumPy's project_qkv and split_heads in one, batched and as decode rows
+    q_TD, k_TD, v_TD = npm.project_qkv(x_TD, numpy_model.weights.layers[0])
+    want = [npm.split_heads(q_TD, cfg.n_heads)] + [npm.split_heads(a, cfg.n_kv_heads) for a in (k_TD, v_TD)]
+    batched = mirror.project_heads(torch.from_numpy(x_TD)[None], ours.layers[0], cfg)
+    row = mirror.project_heads(mirror.as_rows(torch.from_numpy(x_TD[:1])[None]), ours.layers[0], cfg)
+    for got_BHTK, row_BHTK, want_HTK in zip(batched, row, want, strict=True):
+        np.testing.assert_allclose(np_(got_BHTK[0]), want_HTK, atol=ATOL)
+        np.testing.assert_allclose(np_(row_BHTK[0]), want_HTK[:, :1], atol=ATOL)
+    x_HTK = torch.from_numpy(npm.split_heads(x_TD, cfg.n_heads))[None]
+    assert torch.equal(mirror.merge_heads(x_HTK), torch.from_numpy(x_TD)[None])  # the exact inverse
+    assert torch.equal(
+        mirror.merge_heads(x_HTK[:, :, :1], like=x_HTK.new_empty(cfg.d_model)), x_HTK[0, :, 0].flatten()
+    )
     for t, s in [(1, 1), (1, 6), (3, 3), (3, 7)]:
         assert np.array_equal(mirror.causal_mask(t, s).numpy(), np_causal_mask(t, s))
     ragged = mirror.ragged_causal_mask(torch.tensor([0, 4]), 3, 7)

@@ -143,7 +143,7 @@ def attention(
     turning again. With a cache, ``plan`` says where each row's new keys go (slots len_b onwards),
     so cos and sin must be those same positions' (``rope_at`` with the plan's start).
     """
-    q_BHTK, k_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config.n_heads, config.n_kv_heads)
+    q_BHTK, k_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config)
     q_BHTK = apply_rope(q_BHTK, cos_BTK, sin_BTK)
     k_rot_BHTK = apply_rope(k_BHTK, cos_BTK, sin_BTK)
     o_BHTK = attention_core(q_BHTK, k_rot_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)

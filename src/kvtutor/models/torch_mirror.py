@@ -32,7 +32,6 @@ __all__ = [
     "as_rows",
     "linear",
     "project_heads",
-    "split_heads",
     "repeat_kv",
     "attention_scores",
     "causal_mask",
@@ -102,23 +101,17 @@ def linear(x_BTE: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor) -> torch.
 
 
 def project_heads(
-    x_BTD: torch.Tensor, layer: Any, n_heads: int, n_kv_heads: int
+    x_BTD: torch.Tensor, layer: Any, config: Any
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[B,T,D], [B,D] or [D] -> q [B,H,T,K], k and v [B,Hkv,T,K]: one matmul with [W_Q | W_K | W_V]
     (``layer.w_qkv``, ``b_qkv``), then the heads split off as views (NumPy's ``project_qkv`` and
     ``split_heads`` in one: GPT-2 and Llama share it)."""
     qkv = linear(x_BTD, layer.w_qkv_OE, layer.b_qkv)
-    d_head = layer.w_k.shape[1] // n_kv_heads
     if qkv.dim() < 3:  # decode rows (T = 1): (B, H + 2 Hkv, 1, K) directly
-        heads_BNTK = qkv.view(qkv.shape[0] if qkv.dim() == 2 else 1, -1, 1, d_head)
+        heads_BNTK = qkv.view(qkv.shape[0] if qkv.dim() == 2 else 1, -1, 1, config.d_head)
     else:
-        heads_BNTK = qkv.unflatten(-1, (-1, d_head)).transpose(1, 2)  # (B, H + 2 Hkv, T, K)
-    return heads_BNTK.split_with_sizes([n_heads, n_kv_heads, n_kv_heads], dim=1)
-
-
-def split_heads(x_BTD: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """[B, T, H*K] -> [B,H,T,K] (a view)"""
-    return x_BTD.unflatten(-1, (n_heads, -1)).transpose(1, 2)  # (B, H, T, K), a view
+        heads_BNTK = qkv.unflatten(-1, (-1, config.d_head)).transpose(1, 2)  # (B, H + 2 Hkv, T, K)
+    return heads_BNTK.split_with_sizes([config.n_heads, config.n_kv_heads, config.n_kv_heads], dim=1)
 
 
 def repeat_kv(k_BHSK: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -189,7 +182,7 @@ def attention(
     keys each query may see; the queries attend to the S keys the cache returns. Without one,
     S = T (full recompute, plain causal mask).
     """
-    q_BHTK, k_new_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config.n_heads, config.n_kv_heads)
+    q_BHTK, k_new_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config)
     o_BHTK = attention_core(q_BHTK, k_new_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
     return linear(merge_heads(o_BHTK, x_BTD), layer.w_o_OE, layer.b_o)
 
