@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..text import TEXT_WIDTH
-from .editions import EDITION_CSS, missing, register_figure_formatter
+from .editions import both_editions, missing, register_figure_formatter
 from .labels import translate
 
 __all__ = [
@@ -195,11 +195,8 @@ class Table:
 
     @property
     def html(self) -> str:
-        return (
-            f"<style>{EDITION_CSS}</style>"
-            f'<div class="kvt-lang-en">{_html_table(self.header, self.rows, self.align)}</div>'
-            f'<div class="kvt-lang-zh">{_html_table(self.zh_header, self.zh_rows, self.align)}</div>'
-        )
+        en = _html_table(self.header, self.rows, self.align)
+        return both_editions(en, _html_table(self.zh_header, self.zh_rows, self.align))
 
     def _repr_markdown_(self) -> str:
         return self.markdown

@@ -44,6 +44,7 @@ from .labels import translate
 
 __all__ = [
     "EDITION_CSS",
+    "both_editions",
     "STRICT_ENV",
     "MISSING_ENV",
     "FONT_ENV",
@@ -63,6 +64,18 @@ __all__ = [
 #: (the Chinese edition's is "zh-CN"), the English one elsewhere (kvtutor.plots.diagrams's too).
 EDITION_CSS = 'html:not([lang^="zh"]) .kvt-lang-zh, html[lang^="zh"] .kvt-lang-en { display: none; }'
 STRICT_ENV = "KVTUTOR_STRICT_ZH"
+
+
+def both_editions(en_html: str, zh_html: str) -> str:
+    """One output in both editions: the English and the Chinese HTML side by side, with the rule
+    (``EDITION_CSS``) that shows the one in the page's language. Figures, tables and diagrams all
+    come out this way."""
+    return (
+        f"<style>{EDITION_CSS}</style>"
+        f'<div class="kvt-lang-en">{en_html}</div><div class="kvt-lang-zh">{zh_html}</div>'
+    )
+
+
 MISSING_ENV = "KVTUTOR_ZH_MISSING"
 #: a font file to use for the Chinese figures, before the ones found on the machine
 FONT_ENV = "KVTUTOR_CJK_FONT"
@@ -424,11 +437,7 @@ def figure_html(fig: Any) -> str:
             raise EditionError(f"{where}: " + "; ".join(problems))
         if not problems:
             zh_png = drawn
-    return (
-        f"<style>{EDITION_CSS}</style>"
-        f'<div class="kvt-lang-en">{_img(en, _alt(fig, str))}</div>'
-        f'<div class="kvt-lang-zh">{_img(zh_png, _alt(fig, _alt_zh))}</div>'
-    )
+    return both_editions(_img(en, _alt(fig, str)), _img(zh_png, _alt(fig, _alt_zh)))
 
 
 def _html_then_no_png(fig: Any) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 # EDITION_CSS: which drawing a page shows (the Chinese one where <html lang> is Chinese)
-from ..book.editions import EDITION_CSS
+from ..book.editions import EDITION_CSS, both_editions
 from .style import BLUE, DARK, DECODE_COLOR, EMPTY_COLOR, GREEN, PROMPT_COLOR, PURPLE
 
 if TYPE_CHECKING:
@@ -547,10 +547,7 @@ class Diagram:
 
     @property
     def html(self) -> str:
-        return (
-            f"<style>{EDITION_CSS}</style>"
-            f'<div class="kvt-lang-en">{self.svg_en}</div><div class="kvt-lang-zh">{self.svg_zh}</div>'
-        )
+        return both_editions(self.svg_en, self.svg_zh)
 
     def _repr_html_(self) -> str:
         return self.html

@@ -65,6 +65,15 @@ def plot_decode_throughput(batch_B: Any, tokens_per_s_B: Any, title: str = "") -
     return _batch_axes(fig, ax, batch_B, "tokens per second", title, y_base=10)
 
 
+def _finish(fig: Figure, ax: Any, title: str) -> Figure:
+    """What every one-axes figure here ends with: the legend, the title if one is given, the layout."""
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def _batch_axes(fig: Figure, ax: Any, batch_B: np.ndarray, ylabel: str, title: str, y_base: int) -> Figure:
     """The axes of a tokens/s-against-batch figure: log scales, one tick per batch size."""
     ax.set_xscale("log", base=2)
@@ -73,11 +82,7 @@ def _batch_axes(fig: Figure, ax: Any, batch_B: np.ndarray, ylabel: str, title: s
     ax.set_xlabel("batch size B (query rows stacked in one decode step)")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, title)
 
 
 def plot_batch_gain(series: Mapping[str, tuple[Any, Any]], title: str = "") -> Figure:
@@ -192,11 +197,7 @@ def _measured_vs_theory(
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, title)
 
 
 def plot_tokens_per_step(k_K: Any, measured: Any, theory: Any, title: str = "") -> Figure:
@@ -233,11 +234,7 @@ def plot_speedup_vs_acceptance(
     ax.set_xlim(0, 1.02)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, title)
 
 
 def plot_distributions(p_V: Any, counts: Any, labels: Sequence[str] | None = None, title: str = "") -> Figure:
@@ -258,12 +255,8 @@ def plot_distributions(p_V: Any, counts: Any, labels: Sequence[str] | None = Non
         )  # fmt: skip
     ax.set_xticks(x, list(labels) if labels is not None else [str(i) for i in x], rotation=60, fontsize=8)
     ax.set_ylabel("probability / frequency")
-    ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, title)
 
 
 _CLOCKS = {"seconds": ("_s", 1e3, "ms"), "steps": ("_steps", 1.0, "steps")}
