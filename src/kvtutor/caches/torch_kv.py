@@ -417,8 +417,7 @@ class TorchPreallocatedKVCache(TorchKVCache):
         k_l, v_l = self._k[layer], self._v[layer]
         if plan.write_idx is None:  # one row, from its length: slice and copy
             start, end = plan.start, plan.n_keys
-            if plan.rows != slice(None):
-                k_l, v_l = k_l[plan.rows], v_l[plan.rows]
+            k_l, v_l = k_l[plan.rows], v_l[plan.rows]
             k_l.narrow(2, start, plan.n_new).copy_(k_new_BHTK)
             v_l.narrow(2, start, plan.n_new).copy_(v_new_BHTK)
             return k_l.narrow(2, 0, end), v_l.narrow(2, 0, end)
