@@ -30,14 +30,14 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope="session")
-def toy_model() -> kvtutor.NumpyModel:
+def toy_model() -> kvtutor.GPT2Model:
     return kvtutor.load_toy_model()
 
 
 @pytest.fixture(scope="session")
-def small_model() -> kvtutor.NumpyModel:
-    cfg = kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24)
-    return kvtutor.NumpyModel.random(cfg, seed=1)
+def small_model() -> kvtutor.GPT2Model:
+    cfg = kvtutor.GPT2Config(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24)
+    return kvtutor.GPT2Model.random(cfg, seed=1)
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +48,7 @@ def random_hf_gpt2():
     pytest.importorskip("transformers")
     from kvtutor.models.gpt2_weights import build_hf_gpt2
 
-    cfg = kvtutor.ModelConfig(vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=40)
+    cfg = kvtutor.GPT2Config(vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=40)
     torch.manual_seed(0)
     hf = build_hf_gpt2(cfg)  # transformers' own random initialisation
     with torch.no_grad():  # larger weights than the default init

@@ -13,7 +13,7 @@ import pytest
 import kvtutor
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("kvtutor.models.torch_model")
+pytest.importorskip("kvtutor.models.torch_gpt2")
 from kvtutor import bench  # noqa: E402
 from kvtutor.bench import common  # noqa: E402
 from kvtutor.measure import goals as bench_goals  # noqa: E402
@@ -268,7 +268,7 @@ def test_weight_products_are_the_models_own_products():
     """weight_products makes every weight product of one forward pass and no other operation (views
     aside): one matrix call per weight matrix, logits of the right shape."""
     pytest.importorskip("torch")
-    model = kvtutor.TorchModel.random(bench.MODELS["tiny"], device="cpu")
+    model = kvtutor.TorchGPT2Model.random(bench.MODELS["tiny"], device="cpu")
     n_matrices = 4 * model.config.n_layers + 1  # W_qkv, W_o, W_fc, W_proj per layer, the LM head
     for n_rows in (1, 5):
         products = common.weight_products(model, n_rows)
@@ -371,16 +371,16 @@ def test_the_default_sections_leave_the_engine_to_cuda():
 
 def test_random_on_device_draws_the_same_distributions():
     cfg = bench.MODELS["tiny"]
-    a = kvtutor.TorchModel.random_on_device(cfg, seed=1, device="cpu")
-    b = kvtutor.TorchModel.random_on_device(cfg, seed=1, device="cpu")
-    ref = kvtutor.TorchModel.random(cfg, seed=1, device="cpu")
+    a = kvtutor.TorchGPT2Model.random_on_device(cfg, seed=1, device="cpu")
+    b = kvtutor.TorchGPT2Model.random_on_device(cfg, seed=1, device="cpu")
+    ref = kvtutor.TorchGPT2Model.random(cfg, seed=1, device="cpu")
     assert a.n_params == ref.n_params and a.nbytes == ref.nbytes
     for x, y, r in zip(a._weights(), b._weights(), ref._weights(), strict=True):
         assert x.shape == r.shape and torch.equal(x, y)  # seeded
         assert abs(float(x.float().std()) - float(r.float().std())) < 0.05
     assert a.generate([[1, 2, 3]], 4).shape == (1, 4)
-    with pytest.raises(TypeError, match=r"^config: expected a kvtutor.ModelConfig"):
-        kvtutor.TorchModel.random_on_device({"d_model": 4})
+    with pytest.raises(TypeError, match=r"^config: expected a kvtutor.GPT2Config"):
+        kvtutor.TorchGPT2Model.random_on_device({"d_model": 4})
 
 
 def test_progress_lines_count_the_measurements_and_leave_no_hook(one_thread):

@@ -30,7 +30,7 @@ from kvtutor.serving.loop import (
 
 torch = pytest.importorskip("torch")
 
-CFG = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=24, n_kv_heads=2)
+CFG = kvtutor.GPT2Config(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=24, n_kv_heads=2)
 PROMPT = [3, 17, 5, 29, 11, 2, 38, 7, 21]  # 9 tokens
 
 
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def numpy_model():
     # float64: a chunk's matrix products may round differently from the whole prompt's; in float64
     # that never flips an argmax, and the logits agree to 1e-12
-    model = kvtutor.NumpyModel.random(CFG, seed=3, dtype=np.float64)
+    model = kvtutor.GPT2Model.random(CFG, seed=3, dtype=np.float64)
     for arr in model.weights.arrays():  # varied, non-repetitive greedy continuations
         if arr.ndim == 2:
             arr *= 20.0
@@ -50,12 +50,12 @@ def numpy_model():
 
 @pytest.fixture(scope="module")
 def numpy_model32():
-    return kvtutor.NumpyModel.random(CFG, seed=5)
+    return kvtutor.GPT2Model.random(CFG, seed=5)
 
 
 @pytest.fixture(scope="module")
 def torch_model(numpy_model):
-    return kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype=torch.float64)
+    return kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu", dtype=torch.float64)
 
 
 def greedy_after(model, cache, logits_V, n: int) -> list[int]:
@@ -204,7 +204,7 @@ def test_a_paged_pool_out_of_blocks_mid_prompt_leaves_the_sequence_as_it_was(num
 
 
 def test_forward_row_and_slot_chunks_check_their_input(numpy_model, torch_model):
-    with pytest.raises(TypeError, match="model: expected a TorchModel, got NumpyModel"):
+    with pytest.raises(TypeError, match="model: expected a TorchGPT2Model, got GPT2Model"):
         forward_row(numpy_model, [1], numpy_model.new_cache(), 0)
     cache = torch_model.new_cache(2, capacity=4)
     with pytest.raises(ValueError, match="row: expected"):

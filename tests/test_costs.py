@@ -54,17 +54,17 @@ def test_kv_bytes_formula_by_hand():
     # 2 x layers x kv_heads x d_head x tokens x batch x bytes
     assert costs.kv_cache_bytes(TOY_CONFIG, 16, 1, "float32") == 2 * 2 * 2 * 4 * 16 * 1 * 4
     assert costs.kv_cache_bytes(TOY_CONFIG, 5, 3, "bf16") == 2 * 2 * 2 * 4 * 5 * 3 * 2
-    gpt2 = kvtutor.ModelConfig(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_seq_len=1024)
+    gpt2 = kvtutor.GPT2Config(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_seq_len=1024)
     assert costs.kv_cache_bytes(gpt2, 1) == 2 * 12 * 768 * 4  # 72 KiB per token in fp32
     assert costs.kv_cache_bytes(gpt2, 1024, 1, 2) == 36 * 2**20
 
 
 @pytest.mark.parametrize("n_kv_heads", [0, 2, 1])
 def test_kv_bytes_equal_numpy_cache_nbytes(n_kv_heads):
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=40, d_model=16, n_heads=4, n_layers=3, max_seq_len=12, n_kv_heads=n_kv_heads
     )
-    model = kvtutor.NumpyModel.random(cfg, seed=0)
+    model = kvtutor.GPT2Model.random(cfg, seed=0)
     pre = model.new_cache(kind="preallocated")
     assert pre.nbytes == costs.kv_cache_bytes(cfg, cfg.max_seq_len, 1, pre.k_LHMK.dtype)
     assert pre.nbytes == costs.kv_cache_bytes(cfg, cfg.max_seq_len, 1, np.float32)
@@ -80,11 +80,11 @@ def test_kv_bytes_equal_numpy_cache_nbytes(n_kv_heads):
 def test_kv_bytes_equal_torch_cache_tensor_bytes():
     torch = pytest.importorskip("torch")
     try:
-        from kvtutor.models.torch_model import TorchModel
+        from kvtutor.models.torch_gpt2 import TorchGPT2Model
     except ImportError:
-        pytest.skip("kvtutor.models.torch_model is not available")
-    cfg = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=3, max_seq_len=12, n_kv_heads=2)
-    model = TorchModel.random(cfg, seed=0, device="cpu", dtype=torch.float32)
+        pytest.skip("kvtutor.models.torch_gpt2 is not available")
+    cfg = kvtutor.GPT2Config(vocab_size=40, d_model=16, n_heads=4, n_layers=3, max_seq_len=12, n_kv_heads=2)
+    model = TorchGPT2Model.random(cfg, seed=0, device="cpu", dtype=torch.float32)
     prealloc = model.new_cache(3, capacity=10)
     buffers = prealloc.k_LBHMK.numel() * prealloc.k_LBHMK.element_size() * 2  # keys and values
     assert buffers == prealloc.nbytes == costs.kv_cache_bytes(cfg, 10, 3, torch.float32)
@@ -93,13 +93,13 @@ def test_kv_bytes_equal_torch_cache_tensor_bytes():
     model.decode_step(torch.ones(3, dtype=torch.long), concat)
     held = sum(concat.keys(i).nbytes + concat.values(i).nbytes for i in range(cfg.n_layers))
     assert held == concat.nbytes == costs.kv_cache_bytes(cfg, 5, 3, torch.float32)
-    half = TorchModel.random(cfg, seed=0, device="cpu", dtype=torch.bfloat16).new_cache(2)
+    half = TorchGPT2Model.random(cfg, seed=0, device="cpu", dtype=torch.bfloat16).new_cache(2)
     assert half.nbytes == costs.kv_cache_bytes(cfg, cfg.max_seq_len, 2, "bf16")
 
 
 def test_decode_weight_bytes_equal_numpy_weights():
-    cfg = kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24, n_kv_heads=1)
-    model = kvtutor.NumpyModel.random(cfg, seed=1)
+    cfg = kvtutor.GPT2Config(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24, n_kv_heads=1)
+    model = kvtutor.GPT2Model.random(cfg, seed=1)
     all_bytes = sum(a.nbytes for a in model.weights.arrays())
     assert costs.decode_weight_bytes(cfg, np.float32) == all_bytes - model.weights.wpe_MD.nbytes
     assert costs.decode_weight_bytes(cfg, 4) == (cfg.n_params - cfg.max_seq_len * cfg.d_model) * 4
@@ -108,8 +108,8 @@ def test_decode_weight_bytes_equal_numpy_weights():
 
 def test_attention_flops_match_the_numpy_models_shapes():
     """2 H T S K for Q K^T and again for A V, read off the arrays the NumPy model really builds."""
-    cfg = kvtutor.ModelConfig(vocab_size=30, d_model=12, n_heads=3, n_layers=2, max_seq_len=20, n_kv_heads=1)
-    model = kvtutor.NumpyModel.random(cfg, seed=2)
+    cfg = kvtutor.GPT2Config(vocab_size=30, d_model=12, n_heads=3, n_layers=2, max_seq_len=20, n_kv_heads=1)
+    model = kvtutor.GPT2Model.random(cfg, seed=2)
     cache = model.new_cache()
     for ids in ([1, 2, 3, 4, 5], [6], [7, 8]):
         trace: list[dict] = []
@@ -125,8 +125,8 @@ def test_attention_flops_match_the_numpy_models_shapes():
 
 
 def test_matmul_flops_match_the_numpy_models_weights():
-    cfg = kvtutor.ModelConfig(vocab_size=30, d_model=12, n_heads=3, n_layers=2, max_seq_len=20, n_kv_heads=1)
-    model = kvtutor.NumpyModel.random(cfg, seed=2)
+    cfg = kvtutor.GPT2Config(vocab_size=30, d_model=12, n_heads=3, n_layers=2, max_seq_len=20, n_kv_heads=1)
+    model = kvtutor.GPT2Model.random(cfg, seed=2)
     matrices = sum(
         w.size for ly in model.weights.layers for w in (ly.w_q, ly.w_k, ly.w_v, ly.w_o, ly.w_fc, ly.w_proj)
     )
@@ -135,8 +135,8 @@ def test_matmul_flops_match_the_numpy_models_weights():
 
 
 def test_gqa_shrinks_kv_not_attention_flops():
-    mha = kvtutor.ModelConfig(vocab_size=64, d_model=64, n_heads=8, n_layers=2, max_seq_len=64)
-    gqa = kvtutor.ModelConfig(vocab_size=64, d_model=64, n_heads=8, n_layers=2, max_seq_len=64, n_kv_heads=2)
+    mha = kvtutor.GPT2Config(vocab_size=64, d_model=64, n_heads=8, n_layers=2, max_seq_len=64)
+    gqa = kvtutor.GPT2Config(vocab_size=64, d_model=64, n_heads=8, n_layers=2, max_seq_len=64, n_kv_heads=2)
     a, b = costs.decode_cost(mha, 40), costs.decode_cost(gqa, 40)
     assert b.kv_read_bytes * 4 == a.kv_read_bytes
     assert b.attention_flops == a.attention_flops
@@ -165,7 +165,7 @@ def test_cost_algebra():
 )
 def test_forward_cost_properties(d_head, n_heads, kv_div, n_layers, t, past, b):
     n_kv = max(1, n_heads // kv_div)
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=17,
         d_model=d_head * n_heads,
         n_heads=n_heads,
@@ -188,7 +188,7 @@ def test_forward_cost_properties(d_head, n_heads, kv_div, n_layers, t, past, b):
 
 
 def test_ridge_batch_is_where_intensity_meets_the_balance():
-    gpt2 = kvtutor.ModelConfig(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_seq_len=1024)
+    gpt2 = kvtutor.GPT2Config(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_seq_len=1024)
     peak, bw = 200e9, 20e9  # balance 10 FLOPs per byte
     ridge = costs.ridge_batch(gpt2, 64, peak, bw)
     assert 1 < ridge < 1000
@@ -205,7 +205,7 @@ def test_ridge_batch_is_where_intensity_meets_the_balance():
 
 def test_long_contexts_never_turn_compute_bound():
     """Each sequence's K/V reads grow with the batch too: with enough context the balance is never reached."""
-    cfg = kvtutor.ModelConfig(vocab_size=50257, d_model=2048, n_heads=16, n_layers=24, max_seq_len=4096)
+    cfg = kvtutor.GPT2Config(vocab_size=50257, d_model=2048, n_heads=16, n_layers=24, max_seq_len=4096)
     assert costs.ridge_batch(cfg, 4096, 700e12, 4e12, "bf16") == math.inf
     assert costs.compute_bound_batch(cfg, 4096, 700e12, 4e12, "bf16") is None
     assert costs.compute_bound_batch(cfg, 16, 700e12, 4e12, "bf16") is not None
@@ -218,7 +218,7 @@ def test_attainable_flops_is_the_roofline():
 
 
 def test_generation_cached_is_linear_uncached_quadratic():
-    cfg = kvtutor.ModelConfig(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=80)
+    cfg = kvtutor.GPT2Config(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=80)
     cached = [c.flops for c in costs.generation_costs(cfg, 4, 40, cached=True)]
     uncached = [c.flops for c in costs.generation_costs(cfg, 4, 40, cached=False)]
     assert len(cached) == len(uncached) == 40
@@ -288,7 +288,7 @@ def test_products_ridge_batch_and_attention_intensity():
     for s in (4, 16):
         c = costs.layer_cost(TOY_CONFIG, 1, s - 1, batch_size=3, dtype="bf16")
         assert c.attention_flops / c.kv_read_bytes == 1.0
-    gqa = kvtutor.ModelConfig(vocab_size=32, d_model=8, n_heads=4, n_layers=1, max_seq_len=8, n_kv_heads=1)
+    gqa = kvtutor.GPT2Config(vocab_size=32, d_model=8, n_heads=4, n_layers=1, max_seq_len=8, n_kv_heads=1)
     assert costs.attention_intensity(gqa, "bf16") == 4.0
 
 

@@ -1,6 +1,6 @@
 """kvtutor.book.wrong and kvtutor.book.demos: the wrong variants really are wrong, the right ones
 match the model, and the baselines (no cache, the worked example's generate, counting caches) agree
-with NumpyModel; kvtutor.plots.demos draws their figures."""
+with GPT2Model; kvtutor.plots.demos draws their figures."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import kvtutor
 from kvtutor.book import demos
 from kvtutor.book import wrong as book_wrong
 from kvtutor.measure import costs
-from kvtutor.models.numpy_model import causal_mask
+from kvtutor.models.gpt2 import causal_mask
 from kvtutor.plots import demos as demo_plots
 from kvtutor.plots import style
 
@@ -27,9 +27,9 @@ def max_diff(a, b) -> float:
 
 
 @pytest.fixture(scope="module")
-def gqa_model() -> kvtutor.NumpyModel:
-    cfg = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=20, n_kv_heads=2)
-    return kvtutor.NumpyModel.random(cfg, seed=3)
+def gqa_model() -> kvtutor.GPT2Model:
+    cfg = kvtutor.GPT2Config(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=20, n_kv_heads=2)
+    return kvtutor.GPT2Model.random(cfg, seed=3)
 
 
 # ---------------------------------------------------------------- masks
@@ -90,15 +90,15 @@ def test_sdpa_rejects_is_causal_together_with_a_mask():
 
 
 def test_every_variant_is_the_models_own_forward_with_another_core(toy_model, monkeypatch):
-    """No second forward loop: each whole-model variant calls NumpyModel.forward with a core."""
+    """No second forward loop: each whole-model variant calls GPT2Model.forward with a core."""
     calls = []
-    forward = kvtutor.NumpyModel.forward
+    forward = kvtutor.GPT2Model.forward
 
     def spy(self, ids_T, cache=None, trace=None, core=None):
         calls.append(core is not None)
         return forward(self, ids_T, cache, trace, core)
 
-    monkeypatch.setattr(kvtutor.NumpyModel, "forward", spy)
+    monkeypatch.setattr(kvtutor.GPT2Model, "forward", spy)
     cache, q_cache = toy_model.new_cache(), demos.QCache.for_model(toy_model)
     demos.forward_offset_mask(toy_model, [1, 2], toy_model.new_cache())
     book_wrong.forward_top_left_mask(toy_model, [1, 2], toy_model.new_cache())
@@ -147,7 +147,7 @@ def test_top_left_mask_changes_the_toy_models_next_token(toy_model):
 def chunk_case(draw):
     n_kv = draw(st.sampled_from([1, 2]))
     n_heads = n_kv * draw(st.integers(1, 2))
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=draw(st.integers(5, 30)),
         d_model=n_heads * draw(st.integers(2, 4)) + 2 * n_heads,  # LayerNorm over D = 2 keeps only signs
         n_heads=n_heads,
@@ -155,7 +155,7 @@ def chunk_case(draw):
         max_seq_len=16,
         n_kv_heads=n_kv,
     )
-    model = kvtutor.NumpyModel.random(cfg, seed=draw(st.integers(0, 2**16)))
+    model = kvtutor.GPT2Model.random(cfg, seed=draw(st.integers(0, 2**16)))
     model.weights.wte_VD *= 20  # the tied LM head would shrink every logit difference 50-fold
     for layer in model.weights.layers:  # GPT-2's 0.02 init makes attention nearly uniform: sharpen it
         layer.w_q *= 20
@@ -364,7 +364,7 @@ def test_counting_cache_errors(toy_model):
 
 
 def test_figures_draw_the_arrays_they_are_given(toy_model):
-    cfg = kvtutor.ModelConfig(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
+    cfg = kvtutor.GPT2Config(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
     with_ = [c.flops for c in costs.generation_costs(cfg, 4, 20)]
     without = [c.flops for c in costs.generation_costs(cfg, 4, 20, cached=False)]
     ctx = np.arange(4, 24)

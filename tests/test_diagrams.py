@@ -14,7 +14,7 @@ from kvtutor.plots import diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
-OTHER = kvtutor.ModelConfig(
+OTHER = kvtutor.GPT2Config(
     vocab_size=50, d_model=12, n_heads=3, n_kv_heads=1, n_layers=5, max_seq_len=40, d_ff=20
 )
 DRAW = {"loop": diagrams.loop_svg, "block": diagrams.block_svg}

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtutor.measure import costs
-from kvtutor.models.config import ModelConfig
+from kvtutor.models.config import GPT2Config
 from kvtutor.serving.disagg import (
     DEFAULT_RATES,
     DEPLOYMENTS,
@@ -37,7 +37,7 @@ from kvtutor.serving.disagg import (
 MODEL = StepModel()
 # a small model for the random traces: fast, and its steps are far from the 7B model's sizes
 SMALL = StepModel(
-    ModelConfig(vocab_size=1000, d_model=256, n_heads=4, n_layers=4, max_seq_len=512, n_kv_heads=2)
+    GPT2Config(vocab_size=1000, d_model=256, n_heads=4, n_layers=4, max_seq_len=512, n_kv_heads=2)
 )
 
 
@@ -412,7 +412,7 @@ ONE = [(0.0, 10, 1)]
         (lambda: make_trace(long_prompt=7), TypeError, "long_prompt: expected a"),
         (lambda: make_trace(n_requests=0), ValueError, "n_requests"),
         (lambda: make_trace(seed=-1), ValueError, "seed"),
-        (lambda: StepModel(config="llama"), TypeError, "config: expected a ModelConfig"),
+        (lambda: StepModel(config="llama"), TypeError, "config: expected a GPT2Config"),
         (lambda: StepModel(peak_flops=0.0), ValueError, "peak_flops"),
         (lambda: StepModel(bandwidth=math.inf), ValueError, "bandwidth"),
         (lambda: StepModel(dtype="fp7"), ValueError, "dtype"),

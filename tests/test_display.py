@@ -70,7 +70,7 @@ def test_shown_docstrings_lose_only_the_chapter_note():
     plain = 'def f():\n    """Sum: no note.\n    """\n'
     assert display.without_chapter_tag(plain) == plain
     for name in ("generate", "decode_step", "forward"):
-        shown = display.show_source(getattr(kvtutor.NumpyModel, name)).data
+        shown = display.show_source(getattr(kvtutor.GPT2Model, name)).data
         assert "The book shows this in" not in shown and shown.count('"""') >= 2
 
 

@@ -139,7 +139,7 @@ def test_bad_new_cache_arguments(toy_model):
         toy_model.new_cache(kind="paged")
     with pytest.raises(TypeError, match=r"batch_size.*str 'concat'.*new_cache\(kind='concat'\)"):
         toy_model.new_cache("concat")  # the old positional kind: the message says what to write
-    with pytest.raises(ValueError, match="batch_size.*expected 1.*TorchModel.*got 2"):
+    with pytest.raises(ValueError, match="batch_size.*expected 1.*TorchGPT2Model.*got 2"):
         toy_model.new_cache(2)
     with pytest.raises(ValueError, match="capacity.*<= 16.*got 17"):
         toy_model.new_cache(capacity=17)
@@ -180,7 +180,7 @@ def test_cache_methods_check_their_arguments(filled):
 def test_bad_config(kwargs, exc, match):
     base = {"vocab_size": 10, "d_model": 12, "n_heads": 4, "n_layers": 1, "max_seq_len": 8}
     with pytest.raises(exc, match=match):
-        kvtutor.ModelConfig(**(base | kwargs))
+        kvtutor.GPT2Config(**(base | kwargs))
 
 
 def test_tokenizer_errors():
@@ -262,7 +262,7 @@ def test_generate_accepts_exactly_the_lengths_that_fit(toy_model):
 
 
 def test_sample_checks_the_temperature():
-    from kvtutor.models.numpy_model import sample
+    from kvtutor.models.gpt2 import sample
 
     logits = np.array([0.0, 1.0])
     assert sample(logits, 0) == 1 and sample(logits, np.float32(0.0)) == 1
@@ -278,7 +278,7 @@ def test_sample_checks_the_temperature():
 
 
 LLAMA_CFG = kvtutor.LlamaConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=16, d_ff=32)
-GPT2_CFG = kvtutor.ModelConfig(vocab_size=32, d_model=8, n_heads=2, n_layers=1, max_seq_len=16)
+GPT2_CFG = kvtutor.GPT2Config(vocab_size=32, d_model=8, n_heads=2, n_layers=1, max_seq_len=16)
 
 BAD_STD = [
     (float("nan"), ValueError, r"^std: expected a finite number > 0, got nan"),
@@ -320,14 +320,14 @@ def test_draws_past_the_dtypes_range_and_non_finite_epsilons_are_refused():
         ("1e-5", TypeError, r"^layer_norm_eps: expected a float, got str"),
     ]:
         with pytest.raises(exc, match=match):
-            kvtutor.ModelConfig(
+            kvtutor.GPT2Config(
                 vocab_size=32, d_model=8, n_heads=2, n_layers=1, max_seq_len=16, layer_norm_eps=eps
             )
     with pytest.raises(ValueError, match=r"^rms_norm_eps: expected a finite number > 0, got inf"):
         kvtutor.LlamaConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=16, d_ff=32,
                             rms_norm_eps=float("inf"))  # fmt: skip
     with pytest.raises(TypeError, match=r"^dtype: expected a floating NumPy dtype such as np.float32"):
-        kvtutor.NumpyModel.random(GPT2_CFG, dtype=np.int8)  # used to give integer (mostly zero) weights
+        kvtutor.GPT2Model.random(GPT2_CFG, dtype=np.int8)  # used to give integer (mostly zero) weights
 
 
 @pytest.mark.parametrize(("seed", "exc", "match"), [
@@ -338,14 +338,14 @@ def test_draws_past_the_dtypes_range_and_non_finite_epsilons_are_refused():
 ])  # fmt: skip
 def test_a_bad_seed_is_named_in_every_constructor(seed, exc, match):
     """random(seed=-1) used to say only 'expected non-negative integer' (NumPy's words)."""
-    for build in (lambda: kvtutor.NumpyModel.random(GPT2_CFG, seed=seed),
+    for build in (lambda: kvtutor.GPT2Model.random(GPT2_CFG, seed=seed),
                   lambda: kvtutor.LlamaModel.random(LLAMA_CFG, seed=seed)):  # fmt: skip
         with pytest.raises(exc, match=match):
             build()
     pytest.importorskip("torch")
     for build in (
-        lambda: kvtutor.TorchModel.random(GPT2_CFG, seed=seed, device="cpu"),
-        lambda: kvtutor.TorchModel.random_on_device(GPT2_CFG, seed=seed, device="cpu"),
+        lambda: kvtutor.TorchGPT2Model.random(GPT2_CFG, seed=seed, device="cpu"),
+        lambda: kvtutor.TorchGPT2Model.random_on_device(GPT2_CFG, seed=seed, device="cpu"),
         lambda: kvtutor.TorchLlamaModel.random(LLAMA_CFG, seed=seed, device="cpu"),
     ):
         with pytest.raises(exc, match=match):
@@ -355,13 +355,13 @@ def test_a_bad_seed_is_named_in_every_constructor(seed, exc, match):
 def test_non_finite_weights_are_refused_naming_the_tensor():
     """The loaders refuse nan/inf by key; a torch model refuses a weight that is not finite in its own
     dtype (a nan given, or 1e5 turned to inf by float16), naming the tensor; the source is untouched."""
-    gpt2 = kvtutor.NumpyModel.random(GPT2_CFG, seed=1)
+    gpt2 = kvtutor.GPT2Model.random(GPT2_CFG, seed=1)
     sd = {k: v.copy() for k, v in gpt2.to_gpt2_state_dict().items()}
     sd["transformer.h.0.mlp.c_fc.weight"][1, 2] = np.nan
     with pytest.raises(
         ValueError, match=r"^state_dict\['transformer.h.0.mlp.c_fc.weight'\]: expected finite"
     ):
-        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=2)
+        kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=2)
     llama = kvtutor.LlamaModel.random(LLAMA_CFG, seed=1)
     lsd = {k: v.copy() for k, v in llama.to_llama_state_dict().items()}
     lsd["model.layers.0.mlp.up_proj.weight"][0, 0] = np.inf
@@ -376,14 +376,14 @@ def test_non_finite_weights_are_refused_naming_the_tensor():
     with pytest.raises(
         ValueError, match=r"^layers\[0\].w_fc: expected finite weights in torch.float16, got inf"
     ):
-        kvtutor.TorchModel.from_gpt2_state_dict(big, n_heads=2, device="cpu", dtype=torch.float16)
+        kvtutor.TorchGPT2Model.from_gpt2_state_dict(big, n_heads=2, device="cpu", dtype=torch.float16)
     assert all(np.array_equal(big[k], kept[k]) for k in kept)
-    assert kvtutor.TorchModel.from_gpt2_state_dict(big, n_heads=2, device="cpu").dtype == torch.float32
-    gpt2.weights.layers[0].w_o[0, 3] = np.nan  # a model built by hand (NumpyModel(config, weights))
+    assert kvtutor.TorchGPT2Model.from_gpt2_state_dict(big, n_heads=2, device="cpu").dtype == torch.float32
+    gpt2.weights.layers[0].w_o[0, 3] = np.nan  # a model built by hand (GPT2Model(config, weights))
     with pytest.raises(
         ValueError, match=r"^layers\[0\].w_o: expected finite weights in torch.float32, got nan"
     ):
-        kvtutor.TorchModel.from_numpy(gpt2, device="cpu")
+        kvtutor.TorchGPT2Model.from_numpy(gpt2, device="cpu")
     assert np.isnan(gpt2.weights.layers[0].w_o[0, 3])
     lbig = {k: v.copy() for k, v in llama.to_llama_state_dict().items()}
     lbig["model.norm.weight"][0] = 1e5
@@ -403,12 +403,14 @@ def test_torch_models_check_dtype_and_device_before_building():
     flash kernels, and names the choices."""
     torch = pytest.importorskip("torch")
     llama = kvtutor.LlamaModel.random(LLAMA_CFG, seed=1)
-    gpt2 = kvtutor.NumpyModel.random(GPT2_CFG, seed=1)
+    gpt2 = kvtutor.GPT2Model.random(GPT2_CFG, seed=1)
     builders = {
-        "TorchModel.random": lambda **kw: kvtutor.TorchModel.random(GPT2_CFG, **kw),
-        "TorchModel.random_on_device": lambda **kw: kvtutor.TorchModel.random_on_device(GPT2_CFG, **kw),
-        "TorchModel.from_numpy": lambda **kw: kvtutor.TorchModel.from_numpy(gpt2, **kw),
-        "TorchModel.from_gpt2_state_dict": lambda **kw: kvtutor.TorchModel.from_gpt2_state_dict(
+        "TorchGPT2Model.random": lambda **kw: kvtutor.TorchGPT2Model.random(GPT2_CFG, **kw),
+        "TorchGPT2Model.random_on_device": lambda **kw: kvtutor.TorchGPT2Model.random_on_device(
+            GPT2_CFG, **kw
+        ),
+        "TorchGPT2Model.from_numpy": lambda **kw: kvtutor.TorchGPT2Model.from_numpy(gpt2, **kw),
+        "TorchGPT2Model.from_gpt2_state_dict": lambda **kw: kvtutor.TorchGPT2Model.from_gpt2_state_dict(
             gpt2.to_gpt2_state_dict(), 2, **kw),
         "TorchLlamaModel.random": lambda **kw: kvtutor.TorchLlamaModel.random(LLAMA_CFG, **kw),
         "TorchLlamaModel.from_numpy": lambda **kw: kvtutor.TorchLlamaModel.from_numpy(llama, **kw),

@@ -15,18 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
+from kvtutor.models.gpt2 import NumpyDecoder
 from kvtutor.models.llama import LlamaConfig, LlamaModel
-from kvtutor.models.numpy_model import NumpyDecoder
 from kvtutor.serving.backends import check_model
 from kvtutor.serving.loop import run_serving
 from kvtutor.serving.speculative import PromptLookupDraft, layer_cut_draft, speculative_generate
 
 torch = pytest.importorskip("torch")
+from kvtutor.models.torch_gpt2 import TorchDecoder  # noqa: E402
 from kvtutor.models.torch_llama import TorchLlamaModel  # noqa: E402
-from kvtutor.models.torch_model import TorchDecoder  # noqa: E402
 
 VOCAB, MAX_LEN = 24, 24
-GPT2 = kvtutor.ModelConfig(
+GPT2 = kvtutor.GPT2Config(
     vocab_size=VOCAB, d_model=16, n_heads=4, n_layers=3, max_seq_len=MAX_LEN, n_kv_heads=2
 )
 LLAMA = LlamaConfig(
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _numpy_twins() -> dict[str, NumpyDecoder]:
-    gpt2 = kvtutor.NumpyModel.random(GPT2, seed=3, dtype=np.float64)
+    gpt2 = kvtutor.GPT2Model.random(GPT2, seed=3, dtype=np.float64)
     for arr in gpt2.weights.arrays():  # varied, non-repetitive greedy continuations
         if arr.ndim == 2:
             arr *= 20.0
@@ -49,7 +49,7 @@ def _numpy_twins() -> dict[str, NumpyDecoder]:
 NUMPY = _numpy_twins()
 ALL = {
     "gpt2-numpy": NUMPY["gpt2"],
-    "gpt2-torch": kvtutor.TorchModel.from_numpy(NUMPY["gpt2"], device="cpu", dtype=torch.float64),
+    "gpt2-torch": kvtutor.TorchGPT2Model.from_numpy(NUMPY["gpt2"], device="cpu", dtype=torch.float64),
     "llama-numpy": NUMPY["llama"],
     "llama-torch": TorchLlamaModel.from_numpy(NUMPY["llama"], device="cpu", dtype=torch.float64),
 }
@@ -65,17 +65,17 @@ def test_every_model_is_one_of_the_two_bases():
         base = TorchDecoder if name.endswith("torch") else NumpyDecoder
         assert isinstance(model, base) and check_model(model, "model") is model.config
     # the shared methods are inherited, not copied onto each class
-    for base, classes in ((NumpyDecoder, (kvtutor.NumpyModel, LlamaModel)),
-                          (TorchDecoder, (kvtutor.TorchModel, TorchLlamaModel))):  # fmt: skip
+    for base, classes in ((NumpyDecoder, (kvtutor.GPT2Model, LlamaModel)),
+                          (TorchDecoder, (kvtutor.TorchGPT2Model, TorchLlamaModel))):  # fmt: skip
         for method in ("new_cache", "check_cache", "prefill", "logits_without_cache"):
             assert all(method not in vars(cls) for cls in classes), method
             assert method in vars(base)
     assert "first_layers" in vars(NumpyDecoder) and "first_layers" in vars(TorchDecoder)
-    assert "first_layers" not in vars(kvtutor.NumpyModel) and "first_layers" not in vars(LlamaModel)
+    assert "first_layers" not in vars(kvtutor.GPT2Model) and "first_layers" not in vars(LlamaModel)
     for method in ("first_layers", "decode_step", "generate", "compile_decode", "_run"):
         assert method in vars(TorchDecoder), method
-        assert all(method not in vars(cls) for cls in (kvtutor.TorchModel, TorchLlamaModel)), method
-    for cls in (kvtutor.TorchModel, TorchLlamaModel):  # what each family supplies: its own pass
+        assert all(method not in vars(cls) for cls in (kvtutor.TorchGPT2Model, TorchLlamaModel)), method
+    for cls in (kvtutor.TorchGPT2Model, TorchLlamaModel):  # what each family supplies: its own pass
         assert "run_pass" in vars(cls)
 
 

@@ -24,7 +24,7 @@ def test_kvtutor_imports_and_star_imports_without_torch():
         """
         from kvtutor import *
         import kvtutor
-        assert "TorchModel" not in kvtutor.__all__, kvtutor.__all__
+        assert "TorchGPT2Model" not in kvtutor.__all__, kvtutor.__all__
         tok = load_toy_tokenizer()
         print(tok.decode(load_toy_model().generate(tok.encode("The cat sat"), 4)))
         """,
@@ -39,7 +39,7 @@ def test_torch_model_without_torch_names_the_extra():
         """
         import kvtutor
         try:
-            kvtutor.TorchModel
+            kvtutor.TorchGPT2Model
         except ModuleNotFoundError as exc:
             print(exc.name)
             print(exc)
@@ -48,7 +48,7 @@ def test_torch_model_without_torch_names_the_extra():
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "torch",
-        "kvtutor.TorchModel needs torch, which is not installed: pip install 'kvtutor[torch]'",
+        "kvtutor.TorchGPT2Model needs torch, which is not installed: pip install 'kvtutor[torch]'",
     ]
 
 
@@ -56,10 +56,10 @@ def test_star_import_offers_torch_model_when_torch_is_installed():
     pytest.importorskip("torch")
     import kvtutor
 
-    assert "TorchModel" in kvtutor.__all__
+    assert "TorchGPT2Model" in kvtutor.__all__
     namespace: dict[str, object] = {}
     exec("from kvtutor import *", namespace)
-    assert namespace["TorchModel"] is kvtutor.TorchModel
+    assert namespace["TorchGPT2Model"] is kvtutor.TorchGPT2Model
 
 
 # `bench.cli.run` is replaced by a function that fails loudly: the error must come before any measuring.

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from kvtutor.models.numpy_model import causal_mask, softmax  # noqa: E402
+from kvtutor.models.gpt2 import causal_mask, softmax  # noqa: E402
 from kvtutor.plots import figures, style  # noqa: E402
 
 TOKENS = ["The", "cat", "sat"]

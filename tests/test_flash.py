@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtutor.measure import flash
-from kvtutor.models.numpy_model import attend, attention_scores, attention_weights, causal_mask, repeat_kv
+from kvtutor.models.gpt2 import attend, attention_scores, attention_weights, causal_mask, repeat_kv
 
 TOL = {np.float32: {"rtol": 2e-4, "atol": 2e-5}, np.float64: {"rtol": 1e-10, "atol": 1e-12}}
 

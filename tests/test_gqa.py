@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import kvtutor
 from kvtutor.caches.paged import PagedKVPool
+from kvtutor.models.gpt2 import repeat_kv
 from kvtutor.models.gpt2_weights import GPT2Weights, LayerWeights
-from kvtutor.models.numpy_model import repeat_kv
 
 
 def divisor_pairs(max_heads: int = 8):
@@ -22,11 +22,11 @@ def divisor_pairs(max_heads: int = 8):
 
 
 def make_model(n_heads, n_kv_heads, d_head=4, n_layers=2, max_seq_len=32, vocab=40, seed=0):
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=vocab, d_model=n_heads * d_head, n_heads=n_heads, n_layers=n_layers,
         max_seq_len=max_seq_len, n_kv_heads=n_kv_heads,
     )  # fmt: skip
-    return kvtutor.NumpyModel.random(cfg, seed=seed)
+    return kvtutor.GPT2Model.random(cfg, seed=seed)
 
 
 @settings(max_examples=40, deadline=None)
@@ -103,7 +103,7 @@ def test_each_kv_head_serves_a_group_of_query_heads():
     assert repeat_kv(k_HSK, 1) is k_HSK
 
 
-def expand_to_mha(model: kvtutor.NumpyModel) -> kvtutor.NumpyModel:
+def expand_to_mha(model: kvtutor.GPT2Model) -> kvtutor.GPT2Model:
     """The same model with every KV head copied for each query head of its group."""
     cfg = model.config
     g, k = cfg.group_size, cfg.d_head
@@ -126,7 +126,7 @@ def expand_to_mha(model: kvtutor.NumpyModel) -> kvtutor.NumpyModel:
         for ly in model.weights.layers
     ]
     w = model.weights
-    mha_cfg = kvtutor.ModelConfig(
+    mha_cfg = kvtutor.GPT2Config(
         cfg.vocab_size,
         cfg.d_model,
         cfg.n_heads,
@@ -135,7 +135,7 @@ def expand_to_mha(model: kvtutor.NumpyModel) -> kvtutor.NumpyModel:
         cfg.d_ff,
         n_kv_heads=cfg.n_heads,
     )
-    return kvtutor.NumpyModel(mha_cfg, GPT2Weights(w.wte_VD, w.wpe_MD, layers, w.lnf_g, w.lnf_b))
+    return kvtutor.GPT2Model(mha_cfg, GPT2Weights(w.wte_VD, w.wpe_MD, layers, w.lnf_g, w.lnf_b))
 
 
 @settings(max_examples=20, deadline=None)
@@ -153,16 +153,16 @@ def test_gqa_is_mha_with_shared_kv_heads(heads, seed):
 
 def test_state_dict_round_trip_keeps_kv_heads():
     model = make_model(4, 2)
-    back = kvtutor.NumpyModel.from_gpt2_state_dict(model.to_gpt2_state_dict(), n_heads=4)
+    back = kvtutor.GPT2Model.from_gpt2_state_dict(model.to_gpt2_state_dict(), n_heads=4)
     assert back.config.n_kv_heads == 2
     np.testing.assert_array_equal(back.logits_without_cache([1, 2]), model.logits_without_cache([1, 2]))
 
 
 def test_kv_head_errors():
     with pytest.raises(ValueError, match=r"^n_kv_heads: expected a divisor of n_heads=6, got 4"):
-        kvtutor.ModelConfig(vocab_size=10, d_model=12, n_heads=6, n_layers=1, max_seq_len=8, n_kv_heads=4)
+        kvtutor.GPT2Config(vocab_size=10, d_model=12, n_heads=6, n_layers=1, max_seq_len=8, n_kv_heads=4)
     with pytest.raises(ValueError, match=r"^n_kv_heads: expected a non-negative int"):
-        kvtutor.ModelConfig(vocab_size=10, d_model=12, n_heads=6, n_layers=1, max_seq_len=8, n_kv_heads=-1)
+        kvtutor.GPT2Config(vocab_size=10, d_model=12, n_heads=6, n_layers=1, max_seq_len=8, n_kv_heads=-1)
     gqa, mha = make_model(4, 2), make_model(4, 4)
     cache = mha.new_cache()
     with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim\) = \(2, 2, 4\)"):

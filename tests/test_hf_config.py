@@ -124,8 +124,8 @@ def test_gpt2_keys_and_conversion_to_model_config():
         True,
     )
     mc = spec.to_model_config()
-    assert mc == kvtutor.ModelConfig(vocab_size=97, d_model=48, n_heads=4, n_layers=3, max_seq_len=32)
-    assert spec.n_params == mc.n_params == kvtutor.NumpyModel.random(mc).n_params
+    assert mc == kvtutor.GPT2Config(vocab_size=97, d_model=48, n_heads=4, n_layers=3, max_seq_len=32)
+    assert spec.n_params == mc.n_params == kvtutor.GPT2Model.random(mc).n_params
     assert spec_from_dict({**cfg, "n_inner": 100}).d_ff == 100
     no_positions = {k: v for k, v in cfg.items() if k != "n_positions"}
     assert spec_from_dict({**no_positions, "n_ctx": 64}).max_seq_len == 64
@@ -135,11 +135,11 @@ def test_gpt2_keys_from_a_transformers_config():
     transformers = pytest.importorskip("transformers")
     hf = transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=16, vocab_size=50)
     spec = spec_from_dict(hf.to_dict())
-    assert spec.to_model_config() == kvtutor.ModelConfig(50, 32, 4, 2, 16)
+    assert spec.to_model_config() == kvtutor.GPT2Config(50, 32, 4, 2, 16)
 
 
 def test_model_config_round_trip_keeps_gqa():
-    mc = kvtutor.ModelConfig(vocab_size=40, d_model=32, n_heads=8, n_layers=2, max_seq_len=24, n_kv_heads=2)
+    mc = kvtutor.GPT2Config(vocab_size=40, d_model=32, n_heads=8, n_layers=2, max_seq_len=24, n_kv_heads=2)
     spec = ModelSpec.from_model_config(mc)
     assert spec.attention_kind == "GQA" and spec.group_size == 4
     assert spec.to_model_config() == mc
@@ -156,7 +156,7 @@ def test_llama_spec_converts_with_the_same_cache_shape():
 def test_explicit_head_dim_that_does_not_fit_model_config_is_refused():
     spec = load_model_spec("gemma-7b")  # 16 heads x 256 = 4096 != hidden_size 3072
     assert spec.n_heads * spec.d_head != spec.d_model
-    with pytest.raises(ValueError, match=r"^spec: ModelConfig needs n_heads \* d_head == d_model"):
+    with pytest.raises(ValueError, match=r"^spec: GPT2Config needs n_heads \* d_head == d_model"):
         spec.to_model_config()
 
 
@@ -398,9 +398,9 @@ def test_spec_validation():
 
 def test_numpy_model_from_a_converted_spec_runs():
     mc = load_model_spec("gpt2").to_model_config(max_seq_len=8, vocab_size=16)
-    small = kvtutor.ModelConfig(16, 8, 2, 1, 8, n_kv_heads=1)
+    small = kvtutor.GPT2Config(16, 8, 2, 1, 8, n_kv_heads=1)
     assert mc.n_kv_heads == mc.n_heads  # GPT-2 is plain multi-head attention
-    model = kvtutor.NumpyModel.random(small)
+    model = kvtutor.GPT2Model.random(small)
     assert np.isfinite(model.logits_without_cache([1, 2, 3])).all()
 
 
@@ -580,7 +580,7 @@ def test_hub_id_is_not_a_guess_and_not_a_download():
 
 
 def test_latent_spec_refuses_a_model_config():
-    with pytest.raises(ValueError, match=r"^spec: ModelConfig has no latent attention"):
+    with pytest.raises(ValueError, match=r"^spec: GPT2Config has no latent attention"):
         load_model_spec("deepseek-v2").to_model_config()
 
 

@@ -268,10 +268,10 @@ def test_a_rotated_key_never_needs_rotating_again():
 
 
 def test_attention_is_gpt2s_attention_core_after_rope():
-    """llama.attention projects, rotates q and k, then runs numpy_model.attention_core (the core
+    """llama.attention projects, rotates q and k, then runs gpt2.attention_core (the core
     GPT-2's attention runs too): the same numbers, bit for bit, as those steps by hand."""
+    from kvtutor.models.gpt2 import attention_core, merge_heads, split_heads
     from kvtutor.models.llama import attention
-    from kvtutor.models.numpy_model import attention_core, merge_heads, split_heads
 
     cfg = LlamaConfig(vocab_size=11, d_model=16, n_heads=4, n_layers=1, max_seq_len=8, d_ff=20, n_kv_heads=2)
     layer = LlamaModel.random(cfg, seed=2).weights.layers[0]
@@ -470,7 +470,7 @@ def test_bad_state_dicts_are_refused_naming_the_key(good_sd):
     with pytest.raises(TypeError, match="state_dict: expected a mapping.*list"):
         load([], cfg)
     with pytest.raises(
-        TypeError, match="config: expected a config.json dict or a LlamaConfig, got ModelConfig"
+        TypeError, match="config: expected a config.json dict or a LlamaConfig, got GPT2Config"
     ):
         load(sd, kvtutor.TOY_CONFIG)
     with pytest.raises(TypeError, match="dtype"):

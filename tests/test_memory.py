@@ -95,11 +95,11 @@ def test_report_numbers_agree():
 
 def test_formula_equals_bytes_measured_on_numpy_caches():
     for n_kv in (8, 4, 2, 1):
-        cfg = kvtutor.ModelConfig(
+        cfg = kvtutor.GPT2Config(
             vocab_size=20, d_model=32, n_heads=8, n_layers=3, max_seq_len=24, n_kv_heads=n_kv
         )
         spec = ModelSpec.from_model_config(cfg)
-        model = kvtutor.NumpyModel.random(cfg)
+        model = kvtutor.GPT2Model.random(cfg)
         pre = model.new_cache(kind="preallocated")  # reserves max_seq_len rows
         assert pre.nbytes == kv_bytes_per_sequence(spec, 24, "fp32")
         concat = model.new_cache(kind="concat")  # holds only what was written
@@ -432,8 +432,8 @@ def test_per_channel_key_scales_by_hand():
 def test_formula_equals_bytes_measured_on_the_int8_cache(key_mode, n_tokens):
     from kvtutor.caches.quant import QuantizedKVCache
 
-    cfg = kvtutor.ModelConfig(vocab_size=30, d_model=32, n_heads=8, n_layers=3, max_seq_len=24, n_kv_heads=2)
-    model = kvtutor.NumpyModel.random(cfg)
+    cfg = kvtutor.GPT2Config(vocab_size=30, d_model=32, n_heads=8, n_layers=3, max_seq_len=24, n_kv_heads=2)
+    model = kvtutor.GPT2Model.random(cfg)
     cache = QuantizedKVCache.for_model(model, key_mode=key_mode, group_size=8)
     model.prefill(list(range(n_tokens)), cache)
     quant = KVQuant("int8", key_mode, 8, scale_dtype="fp32", float_dtype="fp32")  # a float32 model's cache
@@ -446,8 +446,8 @@ def test_formula_equals_bytes_measured_on_the_int8_cache(key_mode, n_tokens):
 
 
 def test_kv_quant_of_refuses_a_float_cache():
-    model = kvtutor.NumpyModel.random(
-        kvtutor.ModelConfig(vocab_size=8, d_model=8, n_heads=2, n_layers=1, max_seq_len=4)
+    model = kvtutor.GPT2Model.random(
+        kvtutor.GPT2Config(vocab_size=8, d_model=8, n_heads=2, n_layers=1, max_seq_len=4)
     )
     with pytest.raises(TypeError, match="cache: expected a QuantizedKVCache, got PreallocatedKVCache"):
         memory.kv_quant_of(model.new_cache())

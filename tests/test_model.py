@@ -16,7 +16,7 @@ from kvtutor.caches.kv import KVCache
 def model_and_tokens(draw):
     n_kv = draw(st.sampled_from([1, 2]))
     n_heads = n_kv * draw(st.integers(1, 3))
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=draw(st.integers(5, 40)),
         d_model=n_heads * draw(st.integers(1, 5)),
         n_heads=n_heads,
@@ -24,7 +24,7 @@ def model_and_tokens(draw):
         max_seq_len=draw(st.integers(4, 20)),
         n_kv_heads=draw(st.sampled_from([0, n_kv])),
     )
-    model = kvtutor.NumpyModel.random(cfg, seed=draw(st.integers(0, 2**16)))
+    model = kvtutor.GPT2Model.random(cfg, seed=draw(st.integers(0, 2**16)))
     n_total = draw(st.integers(2, cfg.max_seq_len))
     n_prompt = draw(st.integers(1, n_total))
     ids = draw(st.lists(st.integers(0, cfg.vocab_size - 1), min_size=n_total, max_size=n_total))
@@ -90,7 +90,7 @@ def test_the_attention_core_hook_replaces_only_the_core(toy_model, kind):
     """forward(..., core=...) runs the model's own code around attention: with the model's core
     passed in, the logits are bit for bit the same; the hook is called once per layer, in order,
     with that layer's queries and the keys and values the cache returned."""
-    from kvtutor.models.numpy_model import attention_core
+    from kvtutor.models.gpt2 import attention_core
 
     calls = []
 
@@ -202,9 +202,9 @@ def test_generate_zero_tokens_and_given_cache(toy_model):
 
 
 def test_config_derived_properties():
-    cfg = kvtutor.ModelConfig(vocab_size=10, d_model=12, n_heads=4, n_layers=1, max_seq_len=8, n_kv_heads=2)
+    cfg = kvtutor.GPT2Config(vocab_size=10, d_model=12, n_heads=4, n_layers=1, max_seq_len=8, n_kv_heads=2)
     assert (cfg.d_head, cfg.d_ff, cfg.group_size) == (3, 48, 2)
-    model = kvtutor.NumpyModel.random(cfg)
+    model = kvtutor.GPT2Model.random(cfg)
     assert model.n_params == cfg.n_params
 
 
@@ -237,11 +237,11 @@ def test_wrap_call_keeps_every_argument_within_the_width():
     st.integers(60, 120),
 )
 def test_config_str_wraps_its_repr(vocab, heads, layers, seq, width):
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=vocab, d_model=heads * 8, n_heads=heads, n_layers=layers, max_seq_len=seq
     )
     assert max(map(len, str(cfg).splitlines())) <= kvtutor.text.TEXT_WIDTH
     wrapped = cfg.wrapped(width)
     assert max(map(len, wrapped.splitlines())) <= width
     assert " ".join(line.strip() for line in wrapped.splitlines()) == repr(cfg)
-    assert eval(repr(cfg), {"ModelConfig": kvtutor.ModelConfig}) == cfg  # repr itself stays one line
+    assert eval(repr(cfg), {"GPT2Config": kvtutor.GPT2Config}) == cfg  # repr itself stays one line

@@ -17,11 +17,11 @@ from kvtutor.serving.paged_trace import Request, random_trace, shared_prefix_tra
 
 
 def make_model(n_heads=4, n_kv_heads=2, d_head=4, n_layers=2, max_seq_len=48, vocab=30, seed=0):
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=vocab, d_model=n_heads * d_head, n_heads=n_heads, n_layers=n_layers,
         max_seq_len=max_seq_len, n_kv_heads=n_kv_heads,
     )  # fmt: skip
-    return kvtutor.NumpyModel.random(cfg, seed=seed)
+    return kvtutor.GPT2Model.random(cfg, seed=seed)
 
 
 def pool_state(pool):

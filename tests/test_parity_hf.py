@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def hf_and_ours(random_hf_gpt2):
     hf = random_hf_gpt2
-    return hf, kvtutor.NumpyModel.from_gpt2_state_dict(hf.state_dict(), n_heads=4)
+    return hf, kvtutor.GPT2Model.from_gpt2_state_dict(hf.state_dict(), n_heads=4)
 
 
 IDS = [5, 17, 3, 60, 0, 42, 8, 8, 21]
@@ -22,9 +22,7 @@ IDS = [5, 17, 3, 60, 0, 42, 8, 8, 21]
 
 def test_config_inferred_from_shapes(hf_and_ours):
     _, ours = hf_and_ours
-    assert ours.config == kvtutor.ModelConfig(
-        vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=40
-    )
+    assert ours.config == kvtutor.GPT2Config(vocab_size=61, d_model=24, n_heads=4, n_layers=3, max_seq_len=40)
 
 
 def test_same_logits_as_transformers(hf_and_ours):
@@ -63,9 +61,9 @@ def test_state_dict_variants_load_the_same_model(hf_and_ours):
     hf, ours = hf_and_ours
     sd = hf.state_dict()
     bare = {k.removeprefix("transformer."): v.numpy() for k, v in sd.items() if k != "lm_head.weight"}
-    other = kvtutor.NumpyModel.from_gpt2_state_dict(bare, n_heads=4)
+    other = kvtutor.GPT2Model.from_gpt2_state_dict(bare, n_heads=4)
     np.testing.assert_array_equal(other.logits_without_cache(IDS), ours.logits_without_cache(IDS))
-    round_trip = kvtutor.NumpyModel.from_gpt2_state_dict(ours.to_gpt2_state_dict(), n_heads=4)
+    round_trip = kvtutor.GPT2Model.from_gpt2_state_dict(ours.to_gpt2_state_dict(), n_heads=4)
     np.testing.assert_array_equal(round_trip.logits_without_cache(IDS), ours.logits_without_cache(IDS))
 
 
@@ -77,13 +75,13 @@ def test_missing_key_is_named(hf_and_ours):
     sd = _sd(hf_and_ours)
     del sd["transformer.h.1.mlp.c_fc.bias"]
     with pytest.raises(ValueError, match="state_dict: missing key 'h.1.mlp.c_fc.bias'"):
-        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+        kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=4)
 
 
 def test_unexpected_key_is_named(hf_and_ours):
     sd = _sd(hf_and_ours) | {"transformer.h.0.attn.rotary.weight": np.zeros(3)}
     with pytest.raises(ValueError, match="state_dict: unexpected key 'h.0.attn.rotary.weight'"):
-        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+        kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=4)
 
 
 def test_wrong_shape_is_named(hf_and_ours):
@@ -92,20 +90,20 @@ def test_wrong_shape_is_named(hf_and_ours):
     with pytest.raises(
         ValueError, match="state_dict\\['h.2.ln_2.weight'\\]: expected shape \\[24\\], got \\[23\\]"
     ):
-        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+        kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=4)
 
 
 def test_untied_lm_head_and_bad_heads_are_rejected(hf_and_ours):
     sd = _sd(hf_and_ours)
     with pytest.raises(ValueError, match="d_model.*multiple of n_heads=5"):
-        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=5)
+        kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=5)
     sd["lm_head.weight"] = sd["lm_head.weight"] + 1
     with pytest.raises(ValueError, match="lm_head.weight"):
-        kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=4)
+        kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=4)
     with pytest.raises(TypeError, match="state_dict.*mapping.*list"):
-        kvtutor.NumpyModel.from_gpt2_state_dict([], n_heads=4)
+        kvtutor.GPT2Model.from_gpt2_state_dict([], n_heads=4)
     with pytest.raises(TypeError, match="state_dict\\['wte.weight'\\].*list"):
-        kvtutor.NumpyModel.from_gpt2_state_dict(sd | {"wte.weight": [[0.0] * 24] * 61}, n_heads=4)
+        kvtutor.GPT2Model.from_gpt2_state_dict(sd | {"wte.weight": [[0.0] * 24] * 61}, n_heads=4)
 
 
 def test_build_hf_gpt2_holds_our_weights(hf_and_ours):
@@ -126,7 +124,7 @@ def test_build_hf_gpt2_holds_our_weights(hf_and_ours):
 def test_build_hf_gpt2_from_a_config_and_its_errors():
     from kvtutor.models.gpt2_weights import build_hf_gpt2, hf_gpt2_config
 
-    cfg = kvtutor.ModelConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1, max_seq_len=12, d_ff=40)
+    cfg = kvtutor.GPT2Config(vocab_size=30, d_model=16, n_heads=2, n_layers=1, max_seq_len=12, d_ff=40)
     hf_cfg = hf_gpt2_config(cfg)
     assert (hf_cfg.n_embd, hf_cfg.n_inner, hf_cfg.n_positions, hf_cfg.resid_pdrop) == (16, 40, 12, 0.0)
     torch.manual_seed(0)
@@ -135,10 +133,10 @@ def test_build_hf_gpt2_from_a_config_and_its_errors():
     b = build_hf_gpt2(cfg)
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(x, y), name  # transformers' own init, seeded by the caller
-    gqa = kvtutor.ModelConfig(vocab_size=30, d_model=16, n_heads=4, n_layers=1, max_seq_len=12, n_kv_heads=2)
+    gqa = kvtutor.GPT2Config(vocab_size=30, d_model=16, n_heads=4, n_layers=1, max_seq_len=12, n_kv_heads=2)
     with pytest.raises(ValueError, match=r"^config: expected plain multi-head attention for GPT-2"):
         build_hf_gpt2(gqa)
-    with pytest.raises(TypeError, match=r"^source: expected a ModelConfig or a model"):
+    with pytest.raises(TypeError, match=r"^source: expected a GPT2Config or a model"):
         build_hf_gpt2({"d_model": 16})
-    with pytest.raises(TypeError, match=r"^config: expected a kvtutor.ModelConfig"):
+    with pytest.raises(TypeError, match=r"^config: expected a kvtutor.GPT2Config"):
         hf_gpt2_config({"d_model": 16})

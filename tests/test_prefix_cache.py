@@ -22,10 +22,10 @@ from kvtutor.caches.prefix import (
 
 
 def gpt2(max_seq_len=48, vocab=30, n_layers=2, seed=0):
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=vocab, d_model=16, n_heads=4, n_layers=n_layers, max_seq_len=max_seq_len, n_kv_heads=2
     )
-    return kvtutor.NumpyModel.random(cfg, seed=seed)
+    return kvtutor.GPT2Model.random(cfg, seed=seed)
 
 
 def llama(max_seq_len=48, vocab=30, seed=0):
@@ -376,7 +376,7 @@ def test_new_sequence_errors_change_nothing():
 
 @pytest.mark.parametrize("pool_type", [PagedKVPool, PrefixCachingPool])
 @pytest.mark.parametrize(
-    ("model", "got"), [(None, "NoneType"), ("gpt2", "str"), (kvtutor.ModelConfig, "type")]
+    ("model", "got"), [(None, "NoneType"), ("gpt2", "str"), (kvtutor.GPT2Config, "type")]
 )
 def test_for_model_without_a_model_is_a_type_error_naming_it(pool_type, model, got):
     small = gpt2()

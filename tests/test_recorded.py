@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import kvtutor
-from kvtutor import ModelConfig
+from kvtutor import GPT2Config
 from kvtutor.measure import costs, recorded, schema
 
 RUNS = Path(kvtutor.__file__).parent / recorded.RUNS
@@ -32,7 +32,7 @@ def test_the_ridge_batch_hand_check_on_the_xeon_recording():
     """ridge batch 29.96 at context 32 (GPT-2 small, fp32) from that run's own ceilings."""
     run = recorded.cpu_bench("xeon-2026-11-29")
     ds = run["decode_sweep"]
-    cfg = ModelConfig(**{k: v for k, v in ds["config"].items() if k != "n_params"})
+    cfg = GPT2Config(**{k: v for k, v in ds["config"].items() if k != "n_params"})
     ceil = run["ceilings"]
     ridge = costs.ridge_batch(cfg, 32, ceil["peak_flops"], ceil["bandwidth"], "float32")
     assert ridge == pytest.approx(29.96, abs=0.005) == ds["predicted_ridge_batch"]

@@ -13,7 +13,7 @@ from kvtutor.serving.loop import check_requests, run_serving, serve, serve_stati
 
 torch = pytest.importorskip("torch")
 
-CFG = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=20, n_kv_heads=2)
+CFG = kvtutor.GPT2Config(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=20, n_kv_heads=2)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def numpy_model():
-    model = kvtutor.NumpyModel.random(CFG, seed=3)
+    model = kvtutor.GPT2Model.random(CFG, seed=3)
     for arr in model.weights.arrays():  # varied, non-repetitive greedy continuations
         if arr.ndim == 2:
             arr *= 20.0
@@ -31,7 +31,7 @@ def numpy_model():
 @pytest.fixture(scope="module")
 def torch_model(numpy_model):
     # float64: batched and single-row matmuls may round differently; in float64 that never flips an argmax
-    return kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype=torch.float64)
+    return kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu", dtype=torch.float64)
 
 
 def alone(numpy_model, requests):
@@ -77,7 +77,7 @@ def test_every_request_gets_the_tokens_it_gets_alone_torch(
 
 
 def test_torch_float32_matches_torch_alone(numpy_model):
-    model32 = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype=torch.float32)
+    model32 = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu", dtype=torch.float32)
     rng = np.random.default_rng(5)
     requests = [
         (int(rng.integers(0, 6)), rng.integers(0, 40, int(rng.integers(1, 9))).tolist(), 8) for _ in range(10)

@@ -27,7 +27,7 @@ from kvtutor.serving.loop import (
     serve_static,
 )
 
-CFG = kvtutor.ModelConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=20, n_kv_heads=2)
+CFG = kvtutor.GPT2Config(vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=20, n_kv_heads=2)
 NAN = float("nan")
 
 # (arrival_step, prompt_ids, max_new_tokens); request 2 never produces a token, request 3 only one
@@ -36,7 +36,7 @@ TINY = [(0, [1, 2], 3), (1, [3], 2), (1, [4], 0), (2, [5], 1)]
 
 @pytest.fixture(scope="module")
 def model():
-    return kvtutor.NumpyModel.random(CFG, seed=3)
+    return kvtutor.GPT2Model.random(CFG, seed=3)
 
 
 def same(a: float, b: float) -> bool:
@@ -190,7 +190,7 @@ def test_serve_returns_the_tokens_with_trace_and_latency(model):
 
 def test_both_backends_count_the_same_steps(model):
     torch = pytest.importorskip("torch")
-    torch_model = kvtutor.TorchModel.from_numpy(model, device="cpu", dtype=torch.float64)
+    torch_model = kvtutor.TorchGPT2Model.from_numpy(model, device="cpu", dtype=torch.float64)
     a = latency_summary(run_serving(model, TINY, 2))
     b = latency_summary(run_serving(torch_model, TINY, 2))
     assert_steps(b, steps_of(a))

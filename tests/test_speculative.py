@@ -49,10 +49,10 @@ def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
 
 
 def random_model(vocab=8, d_model=8, n_layers=2, max_seq_len=16, seed=0, scale=1.0):
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=vocab, d_model=d_model, n_heads=2, n_layers=n_layers, max_seq_len=max_seq_len
     )
-    model = kvtutor.NumpyModel.random(cfg, seed=seed)
+    model = kvtutor.GPT2Model.random(cfg, seed=seed)
     if scale != 1.0:  # sharper, more varied distributions than the GPT-2 initialisation gives
         for arr in model.weights.arrays():
             if arr.ndim == 2:
@@ -658,7 +658,7 @@ def torch_toy(toy_model):
     torch = pytest.importorskip("torch")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest
-    yield kvtutor.TorchModel.from_numpy(toy_model, device="cpu", dtype=torch.float32)
+    yield kvtutor.TorchGPT2Model.from_numpy(toy_model, device="cpu", dtype=torch.float32)
     torch.set_num_threads(threads)
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from kvtutor.models.numpy_model import (
+from kvtutor.models.gpt2 import (
     apply_mask,
     attend,
     attention_core,

@@ -102,7 +102,7 @@ def test_gemv_copy_and_matmul_results():
 
 
 def test_model_matmul_shapes_match_the_cost_model():
-    cfg = kvtutor.ModelConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=3, max_seq_len=64, n_kv_heads=2)
+    cfg = kvtutor.GPT2Config(vocab_size=100, d_model=32, n_heads=4, n_layers=3, max_seq_len=64, n_kv_heads=2)
     shapes = timing.model_matmul_shapes(cfg, 16)
     flops = sum(2 * m * k * n * s["count"] for s in shapes for m, k, n in [s["shape"]])
     c = costs.prefill_cost(cfg, 16)

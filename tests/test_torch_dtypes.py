@@ -1,4 +1,4 @@
-"""Every public ``TorchModel`` method in float32, bfloat16 and float16, on the CPU and (where present)
+"""Every public ``TorchGPT2Model`` method in float32, bfloat16 and float16, on the CPU and (where present)
 on CUDA, against the NumPy model: odd head widths, GQA, ragged batches, both ``compile_decode``
 modes, the key buckets of the fixed-shape step, and the padded LM head.
 
@@ -18,16 +18,16 @@ import kvtutor
 torch = pytest.importorskip("torch")
 
 from kvtutor.models import torch_engine as engine  # noqa: E402
+from kvtutor.models import torch_gpt2 as tmod  # noqa: E402
 from kvtutor.models import torch_mirror as mirror  # noqa: E402
-from kvtutor.models import torch_model as tmod  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: logits tolerance, relative to the largest |logit|, per dtype
 RTOL = {"float32": 2e-5, "bfloat16": 3e-2, "float16": 5e-3}
 CONFIGS = {  # head widths 5 and 3 (odd), vocabularies that are not multiples of 64
-    "mha-k5": kvtutor.ModelConfig(vocab_size=61, d_model=15, n_heads=3, n_layers=2, max_seq_len=160),
-    "gqa-k3": kvtutor.ModelConfig(
+    "mha-k5": kvtutor.GPT2Config(vocab_size=61, d_model=15, n_heads=3, n_layers=2, max_seq_len=160),
+    "gqa-k3": kvtutor.GPT2Config(
         vocab_size=50, d_model=12, n_heads=4, n_layers=2, max_seq_len=160, n_kv_heads=2
     ),
 }
@@ -41,8 +41,8 @@ def np_(t) -> np.ndarray:
 @pytest.fixture(scope="module", params=[(d, t, c) for d in DEVICES for t in DTYPES for c in CONFIGS])
 def case(request):
     device, dtype_name, config_name = request.param
-    numpy_model = kvtutor.NumpyModel.random(CONFIGS[config_name], seed=3)
-    model = kvtutor.TorchModel.from_numpy(numpy_model, device=device, dtype=DTYPES[dtype_name])
+    numpy_model = kvtutor.GPT2Model.random(CONFIGS[config_name], seed=3)
+    model = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device=device, dtype=DTYPES[dtype_name])
     return numpy_model, model, dtype_name
 
 
@@ -116,8 +116,8 @@ def test_generate_is_greedy(case, kind):
 
 
 def test_generate_fills_exactly_the_context():
-    numpy_model = kvtutor.NumpyModel.random(CONFIGS["gqa-k3"], seed=3)
-    model = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+    numpy_model = kvtutor.GPT2Model.random(CONFIGS["gqa-k3"], seed=3)
+    model = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
     m = model.config.max_seq_len
     prompt = (IDS * 10)[: m - 1]
     out = model.generate([prompt], 2)  # m positions: the last new token is never fed back
@@ -167,10 +167,10 @@ def test_key_buckets():
 
 def test_padded_lm_head_gives_the_same_logits(monkeypatch):
     """The LM head padded to a multiple of 64 rows (as on CUDA): zero rows, logits sliced back."""
-    numpy_model = kvtutor.NumpyModel.random(CONFIGS["mha-k5"], seed=3)
-    plain = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+    numpy_model = kvtutor.GPT2Model.random(CONFIGS["mha-k5"], seed=3)
+    plain = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
     monkeypatch.setitem(tmod._VOCAB_MULTIPLE, "cpu", 64)
-    padded = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+    padded = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
     assert padded.head_VD.shape == (64, 15) and padded.wte_VD.shape == (61, 15)
     assert torch.count_nonzero(padded.head_VD[61:]) == 0
     assert padded.n_params == plain.n_params  # the padding is not a parameter
@@ -189,8 +189,8 @@ def test_padded_lm_head_gives_the_same_logits(monkeypatch):
 def test_decode_survives_a_non_contiguous_attention_output(monkeypatch):
     """cuDNN may return attention as [B,H,1,K] in another memory order (the H200 crash: a ``view``
     of it failed in the old fused step); a decode step must not assume the layout."""
-    numpy_model = kvtutor.NumpyModel.random(CONFIGS["mha-k5"], seed=3)
-    model = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+    numpy_model = kvtutor.GPT2Model.random(CONFIGS["mha-k5"], seed=3)
+    model = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
     real = mirror.sdpa
 
     def odd_layout(*args, **kwargs):
@@ -206,9 +206,9 @@ def test_decode_survives_a_non_contiguous_attention_output(monkeypatch):
 
 
 def test_a_cache_longer_than_the_model():
-    model = kvtutor.TorchModel.random(CONFIGS["gqa-k3"], device="cpu")
-    bigger = kvtutor.TorchModel.random(
-        kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=4, n_layers=2, max_seq_len=320, n_kv_heads=2),
+    model = kvtutor.TorchGPT2Model.random(CONFIGS["gqa-k3"], device="cpu")
+    bigger = kvtutor.TorchGPT2Model.random(
+        kvtutor.GPT2Config(vocab_size=50, d_model=12, n_heads=4, n_layers=2, max_seq_len=320, n_kv_heads=2),
         device="cpu",
     )
     cache = bigger.new_cache(1, 200)

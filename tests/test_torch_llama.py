@@ -21,8 +21,8 @@ import kvtutor  # noqa: E402
 from kvtutor.caches.torch_kv import TorchKVCache  # noqa: E402
 from kvtutor.models import llama  # noqa: E402
 from kvtutor.models import torch_llama as tl  # noqa: E402
+from kvtutor.models.gpt2 import split_heads as np_split_heads  # noqa: E402
 from kvtutor.models.llama import LlamaConfig, LlamaModel  # noqa: E402
-from kvtutor.models.numpy_model import split_heads as np_split_heads  # noqa: E402
 from kvtutor.models.torch_llama import TorchLlamaModel  # noqa: E402
 
 TOKENS = [

@@ -18,30 +18,26 @@ torch = pytest.importorskip("torch")
 
 from kvtutor import validate  # noqa: E402
 from kvtutor.caches.torch_kv import TorchPreallocatedKVCache  # noqa: E402
-from kvtutor.models import numpy_model as npm  # noqa: E402
+from kvtutor.models import gpt2 as npm  # noqa: E402
 from kvtutor.models import torch_engine as engine  # noqa: E402
 from kvtutor.models import torch_mirror as mirror  # noqa: E402
+from kvtutor.models.gpt2 import causal_mask as np_causal_mask  # noqa: E402
 from kvtutor.models.gpt2_weights import GPT2Weights  # noqa: E402
-from kvtutor.models.numpy_model import causal_mask as np_causal_mask  # noqa: E402
 
 ATOL = 2e-5
 IDS = [5, 17, 3, 40, 0, 42, 8, 8, 21, 33, 1, 49]
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 CONFIGS = {
-    "mha": kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24),
-    "gqa": kvtutor.ModelConfig(
-        vocab_size=50, d_model=16, n_heads=4, n_layers=2, max_seq_len=24, n_kv_heads=2
-    ),
-    "mqa": kvtutor.ModelConfig(
-        vocab_size=50, d_model=16, n_heads=4, n_layers=3, max_seq_len=24, n_kv_heads=1
-    ),
+    "mha": kvtutor.GPT2Config(vocab_size=50, d_model=12, n_heads=3, n_layers=2, max_seq_len=24),
+    "gqa": kvtutor.GPT2Config(vocab_size=50, d_model=16, n_heads=4, n_layers=2, max_seq_len=24, n_kv_heads=2),
+    "mqa": kvtutor.GPT2Config(vocab_size=50, d_model=16, n_heads=4, n_layers=3, max_seq_len=24, n_kv_heads=1),
 }
 
 
 def _models(name: str, seed: int = 1):
-    numpy_model = kvtutor.NumpyModel.random(CONFIGS[name], seed=seed)
-    return numpy_model, kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+    numpy_model = kvtutor.GPT2Model.random(CONFIGS[name], seed=seed)
+    return numpy_model, kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
@@ -84,9 +80,9 @@ def test_import_kvtutor_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
-    code = "import kvtutor, sys; m = kvtutor.TorchModel; assert 'torch' in sys.modules; print(m.__name__)"
+    code = "import kvtutor, sys; m = kvtutor.TorchGPT2Model; assert 'torch' in sys.modules; print(m.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert out.returncode == 0 and out.stdout.strip() == "TorchModel", out.stderr
+    assert out.returncode == 0 and out.stdout.strip() == "TorchGPT2Model", out.stderr
 
 
 # ---------------------------------------------------------------- construction
@@ -132,9 +128,9 @@ def test_cpu_weights_share_one_buffer_and_the_cache_one_kv_buffer(model):
 
 
 def test_large_logits_equal_numpy():
-    cfg = kvtutor.ModelConfig(vocab_size=20000, d_model=16, n_heads=2, n_layers=1, max_seq_len=512)
-    numpy_model = kvtutor.NumpyModel.random(cfg, seed=2)
-    ours = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu")
+    cfg = kvtutor.GPT2Config(vocab_size=20000, d_model=16, n_heads=2, n_layers=1, max_seq_len=512)
+    numpy_model = kvtutor.GPT2Model.random(cfg, seed=2)
+    ours = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
     ids = (np.arange(450) * 37) % cfg.vocab_size  # 450 x 20000 logits: 36 MB, the huge-page output path
     np.testing.assert_allclose(
         np_(ours.logits_without_cache([ids]))[0], numpy_model.logits_without_cache(ids), atol=ATOL
@@ -147,13 +143,13 @@ def test_gelu_inplace_equals_gelu():
     y = x.clone()
     assert mirror.gelu(y, inplace=True) is y
     torch.testing.assert_close(y, ref)
-    np.testing.assert_allclose(ref.numpy(), kvtutor.models.numpy_model.gelu(x.numpy()), atol=1e-6)
+    np.testing.assert_allclose(ref.numpy(), kvtutor.models.gpt2.gelu(x.numpy()), atol=1e-6)
 
 
 def test_random_matches_numpy_random():
     cfg = CONFIGS["mha"]
-    ours = kvtutor.TorchModel.random(cfg, seed=3, device="cpu")
-    ref = kvtutor.NumpyModel.random(cfg, seed=3)
+    ours = kvtutor.TorchGPT2Model.random(cfg, seed=3, device="cpu")
+    ref = kvtutor.GPT2Model.random(cfg, seed=3)
     np.testing.assert_allclose(
         np_(ours.logits_without_cache([IDS]))[0], ref.logits_without_cache(IDS), atol=ATOL
     )
@@ -163,7 +159,7 @@ def test_random_matches_numpy_random():
 
 def test_state_dict_round_trip(pair):
     numpy_model, ours = pair
-    again = kvtutor.TorchModel.from_gpt2_state_dict(
+    again = kvtutor.TorchGPT2Model.from_gpt2_state_dict(
         ours.to_gpt2_state_dict(),
         n_heads=ours.config.n_heads,
         n_kv_heads=ours.config.n_kv_heads,
@@ -178,9 +174,9 @@ def test_state_dict_round_trip(pair):
 
 def test_bf16_runs_on_cpu():
     numpy_model, _ = _models("mha")
-    ours = kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype=torch.bfloat16)
+    ours = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu", dtype=torch.bfloat16)
     assert ours.dtype == torch.bfloat16 and ours.new_cache(1).k_LBHMK.dtype == torch.bfloat16
-    assert kvtutor.TorchModel.from_numpy(numpy_model, device="cpu", dtype="bf16").dtype == torch.bfloat16
+    assert kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu", dtype="bf16").dtype == torch.bfloat16
     logits = ours.logits_without_cache([IDS])
     assert logits.dtype == torch.bfloat16
     np.testing.assert_allclose(np_(logits)[0], numpy_model.logits_without_cache(IDS), atol=0.05)
@@ -298,7 +294,7 @@ def test_accepts_lists_numpy_and_tensors(model):
 @pytest.fixture(scope="module")
 def hf_pair(random_hf_gpt2):
     hf = random_hf_gpt2
-    return hf, kvtutor.TorchModel.from_gpt2_state_dict(hf.state_dict(), n_heads=4, device="cpu")
+    return hf, kvtutor.TorchGPT2Model.from_gpt2_state_dict(hf.state_dict(), n_heads=4, device="cpu")
 
 
 def test_same_logits_as_transformers(hf_pair):
@@ -500,7 +496,7 @@ def test_first_layers_is_a_layer_cut_model_sharing_the_weights(pair):
     assert cut.config.n_layers == 1 and ours.config.n_layers == numpy_model.config.n_layers
     assert cut.layers[0].w_qkv is ours.layers[0].w_qkv and cut.wte_VD is ours.wte_VD
     w = numpy_model.weights
-    ref = kvtutor.NumpyModel(
+    ref = kvtutor.GPT2Model(
         dataclasses.replace(numpy_model.config, n_layers=1),
         GPT2Weights(w.wte_VD, w.wpe_MD, w.layers[:1], w.lnf_g, w.lnf_b),
     )
@@ -634,12 +630,14 @@ def test_decode_errors_that_depend_on_the_cache(model):
     ):
         model.decode_step([1, 2], cache, active=np.array([False, True]))
     assert_unchanged(before, cache)
-    with pytest.raises(TypeError, match="^cache: expected a cache from TorchModel.new_cache"):
+    with pytest.raises(TypeError, match="^cache: expected a cache from TorchGPT2Model.new_cache"):
         model.decode_step([1, 2], None)
-    with pytest.raises(TypeError, match=r"^cache: expected a cache from TorchModel.new_cache\(\) or a NumPy"):
+    with pytest.raises(
+        TypeError, match=r"^cache: expected a cache from TorchGPT2Model.new_cache\(\) or a NumPy"
+    ):
         model.decode_step([1], {"k": [], "v": []})
-    one_layer = kvtutor.ModelConfig(vocab_size=50, d_model=12, n_heads=3, n_layers=1, max_seq_len=24)
-    numpy_other = kvtutor.NumpyModel.random(one_layer).new_cache()  # a NumPy cache of another shape
+    one_layer = kvtutor.GPT2Config(vocab_size=50, d_model=12, n_heads=3, n_layers=1, max_seq_len=24)
+    numpy_other = kvtutor.GPT2Model.random(one_layer).new_cache()  # a NumPy cache of another shape
     with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):
         model.decode_step([1], numpy_other)
     other = _models("mha")[1].new_cache(2)
@@ -738,33 +736,37 @@ def test_bad_constructor_and_cache_arguments(model):
             r"^ids_BT: 25 tokens exceed max_seq_len 24",
         ),
         (lambda: model.prefill([[1]], None), TypeError, r"^cache: expected a cache"),
-        (lambda: kvtutor.TorchModel.random("cfg"), TypeError, r"^config: expected a kvtutor.ModelConfig"),
+        (lambda: kvtutor.TorchGPT2Model.random("cfg"), TypeError, r"^config: expected a kvtutor.GPT2Config"),
         (
-            lambda: kvtutor.TorchModel.from_numpy(model),
+            lambda: kvtutor.TorchGPT2Model.from_numpy(model),
             TypeError,
-            r"^numpy_model: expected a kvtutor.NumpyModel",
+            r"^numpy_model: expected a kvtutor.GPT2Model",
         ),
         (
-            lambda: kvtutor.TorchModel.random(CONFIGS["mha"], dtype=torch.int32),
-            TypeError,
-            r"^dtype: expected a floating",
-        ),
-        (
-            lambda: kvtutor.TorchModel.random(CONFIGS["mha"], dtype="int8"),
+            lambda: kvtutor.TorchGPT2Model.random(CONFIGS["mha"], dtype=torch.int32),
             TypeError,
             r"^dtype: expected a floating",
         ),
         (
-            lambda: kvtutor.TorchModel.random(CONFIGS["mha"], dtype="fp9"),
+            lambda: kvtutor.TorchGPT2Model.random(CONFIGS["mha"], dtype="int8"),
+            TypeError,
+            r"^dtype: expected a floating",
+        ),
+        (
+            lambda: kvtutor.TorchGPT2Model.random(CONFIGS["mha"], dtype="fp9"),
             ValueError,
             r"^dtype: expected one of",
         ),
-        (lambda: kvtutor.TorchModel.random(CONFIGS["mha"], device="gpu"), ValueError, r"^device: expected"),
+        (
+            lambda: kvtutor.TorchGPT2Model.random(CONFIGS["mha"], device="gpu"),
+            ValueError,
+            r"^device: expected",
+        ),
     ]
     if not torch.cuda.is_available():
         cases.append(
             (
-                lambda: kvtutor.TorchModel.random(CONFIGS["mha"], device="cuda"),
+                lambda: kvtutor.TorchGPT2Model.random(CONFIGS["mha"], device="cuda"),
                 ValueError,
                 r"^device: .*not available",
             )
@@ -779,13 +781,13 @@ def test_bad_constructor_and_cache_arguments(model):
 
 @pytest.fixture(scope="module")
 def cuda_pair():
-    numpy_model = kvtutor.NumpyModel.random(CONFIGS["gqa"], seed=4)
-    return numpy_model, kvtutor.TorchModel.from_numpy(numpy_model, device="cuda", dtype=torch.float32)
+    numpy_model = kvtutor.GPT2Model.random(CONFIGS["gqa"], seed=4)
+    return numpy_model, kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cuda", dtype=torch.float32)
 
 
 @cuda_only
 def test_cuda_defaults_to_bf16():
-    model = kvtutor.TorchModel.random(CONFIGS["mha"])
+    model = kvtutor.TorchGPT2Model.random(CONFIGS["mha"])
     assert model.device.type == "cuda" and model.dtype == torch.bfloat16
     assert model.generate([IDS[:3]], 4).device.type == "cuda"
 
@@ -829,7 +831,7 @@ def test_cuda_fast_decode_gives_the_same_tokens(cuda_pair, mode):
 
 @cuda_only
 def test_cuda_graph_bf16_close_to_decode_step():
-    model = kvtutor.TorchModel.random(CONFIGS["mha"], seed=5)
+    model = kvtutor.TorchGPT2Model.random(CONFIGS["mha"], seed=5)
     caches = [model.new_cache(1, 16) for _ in range(2)]
     for c in caches:
         model.prefill(torch.tensor([IDS[:4]], device="cuda"), c)
@@ -842,15 +844,18 @@ def test_cuda_graph_bf16_close_to_decode_step():
 
 
 def test_repr_fits_the_text_width_and_names_config_device_and_dtype():
-    cfg = kvtutor.ModelConfig(vocab_size=50257, d_model=24, n_heads=12, n_layers=1, max_seq_len=1024)
-    lines = repr(kvtutor.TorchModel.random(cfg, device="cpu")).splitlines()
+    cfg = kvtutor.GPT2Config(vocab_size=50257, d_model=24, n_heads=12, n_layers=1, max_seq_len=1024)
+    lines = repr(kvtutor.TorchGPT2Model.random(cfg, device="cpu")).splitlines()
     assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.text.TEXT_WIDTH
-    assert " ".join(line.strip() for line in lines) == f"TorchModel({cfg!r}, device=cpu, dtype=torch.float32)"
+    assert (
+        " ".join(line.strip() for line in lines)
+        == f"TorchGPT2Model({cfg!r}, device=cpu, dtype=torch.float32)"
+    )
 
 
 def test_advance_by_a_count_is_checked_and_leaves_a_full_cache_unchanged():
     """The fused step's ``advance(n)`` refuses to move a row past the capacity, naming n_new."""
-    model = kvtutor.TorchModel.random(CONFIGS["mha"], device="cpu")
+    model = kvtutor.TorchGPT2Model.random(CONFIGS["mha"], device="cpu")
     cache = model.new_cache(2, 4)
     model.prefill([[1, 2, 3], [4, 5, 6]], cache)
     cache.advance(1)
@@ -866,7 +871,7 @@ def test_advance_by_a_count_is_checked_and_leaves_a_full_cache_unchanged():
 
 def test_a_fixed_plan_writes_where_the_ragged_plan_would():
     """``fixed_plan`` (the CUDA-graph step's) and ``plan`` agree on the slots a decode step writes."""
-    model = kvtutor.TorchModel.random(CONFIGS["mha"], device="cpu")
+    model = kvtutor.TorchGPT2Model.random(CONFIGS["mha"], device="cpu")
     cache = model.new_cache(2, 8)
     model.prefill_row([1, 2, 3], cache, 0)
     model.prefill_row([4, 5], cache, 1)

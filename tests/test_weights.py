@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 import kvtutor
 from kvtutor.models.gpt2_weights import check_against_hf_config, weights_from_state_dict
 
-CFG = kvtutor.ModelConfig(vocab_size=20, d_model=8, n_heads=2, n_layers=3, max_seq_len=8)
-CLEAN = kvtutor.NumpyModel.random(CFG, seed=3)
+CFG = kvtutor.GPT2Config(vocab_size=20, d_model=8, n_heads=2, n_layers=3, max_seq_len=8)
+CLEAN = kvtutor.GPT2Model.random(CFG, seed=3)
 IDS = [1, 5, 7, 2]
 CLEAN_LOGITS = CLEAN.logits_without_cache(IDS)
 HF_CONFIG = {"model_type": "gpt2", "n_layer": 3, "n_head": 2, "n_embd": 8, "vocab_size": 20, "n_positions": 8}
@@ -27,7 +27,7 @@ def state_dict():
 
 
 def load(sd, **kwargs):
-    return kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=2, **kwargs)
+    return kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=2, **kwargs)
 
 
 def with_value(key, value):
@@ -227,7 +227,7 @@ def test_torch_tensors_are_checked_too():
 def test_the_torch_loader_refuses_nan_as_well():
     pytest.importorskip("torch")
     with pytest.raises(ValueError, match=r"^state_dict\['lm_head.weight'\]: expected finite weights"):
-        kvtutor.TorchModel.from_gpt2_state_dict(poked("lm_head.weight", (3, 3), np.nan), n_heads=2)
+        kvtutor.TorchGPT2Model.from_gpt2_state_dict(poked("lm_head.weight", (3, 3), np.nan), n_heads=2)
 
 
 # ---------------------------------------------------------------- property: right model or clear error
@@ -290,7 +290,7 @@ def test_corrupted_state_dicts_give_the_right_model_or_a_clear_error(sd):
 @given(corruptions())
 def test_corrupted_state_dicts_and_the_torch_loader(sd):
     pytest.importorskip("torch")
-    model = _outcome(lambda d: kvtutor.TorchModel.from_gpt2_state_dict(d, n_heads=2, device="cpu"), sd)
+    model = _outcome(lambda d: kvtutor.TorchGPT2Model.from_gpt2_state_dict(d, n_heads=2, device="cpu"), sd)
     if model is not None:
         logits = model.logits_without_cache([IDS])[0].double().numpy()
         np.testing.assert_allclose(logits, CLEAN_LOGITS, rtol=1e-4, atol=1e-5)

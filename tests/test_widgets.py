@@ -162,7 +162,7 @@ def test_stepper_recompute_is_the_same_step_without_a_cache(stepper, toy_model):
 
 def test_a_changed_model_changes_the_stepper(toy_model, stepper):
     layer = toy_model.weights.layers[1]
-    changed = kvtutor.NumpyModel(
+    changed = kvtutor.GPT2Model(
         toy_model.config,
         dataclasses.replace(toy_model.weights, layers=[toy_model.weights.layers[0],
                             dataclasses.replace(layer, w_k=layer.w_k * 1.5)]),
@@ -175,10 +175,10 @@ def test_a_changed_model_changes_the_stepper(toy_model, stepper):
 
 
 def test_stepper_refuses_bad_arguments(toy_model):
-    gqa = kvtutor.NumpyModel.random(kvtutor.ModelConfig(32, 8, 2, 1, 16, n_kv_heads=1))
-    wide = kvtutor.NumpyModel.random(kvtutor.ModelConfig(40, 8, 2, 1, 16))
+    gqa = kvtutor.GPT2Model.random(kvtutor.GPT2Config(32, 8, 2, 1, 16, n_kv_heads=1))
+    wide = kvtutor.GPT2Model.random(kvtutor.GPT2Config(40, 8, 2, 1, 16))
     cases = [
-        ({"model": "toy"}, TypeError, "model: expected a NumpyModel"),
+        ({"model": "toy"}, TypeError, "model: expected a GPT2Model"),
         ({"model": gqa}, ValueError, "model: expected multi-head attention"),
         ({"model": wide}, ValueError, "tokenizer: expected a vocabulary of the model's 40 tokens, got 32"),
         ({"tokenizer": "words"}, TypeError, "tokenizer: expected a ToyTokenizer, got str"),

@@ -23,8 +23,8 @@ from kvtutor.caches.window import (
     measure_eviction,
     window_mask,
 )
+from kvtutor.models.gpt2 import causal_mask
 from kvtutor.models.llama import LlamaConfig, LlamaModel
-from kvtutor.models.numpy_model import causal_mask
 
 # ---------------------------------------------------------------- the mask
 
@@ -65,7 +65,7 @@ def test_kept_positions_are_the_sinks_and_the_last_window_minus_sinks(length, da
 def gpt2_case(draw):
     n_kv = draw(st.sampled_from([1, 2]))
     n_heads = n_kv * draw(st.integers(1, 3))
-    cfg = kvtutor.ModelConfig(
+    cfg = kvtutor.GPT2Config(
         vocab_size=draw(st.integers(5, 40)),
         d_model=n_heads * draw(st.integers(1, 5)),
         n_heads=n_heads,
@@ -73,7 +73,7 @@ def gpt2_case(draw):
         max_seq_len=draw(st.integers(2, 24)),
         n_kv_heads=n_kv,
     )
-    return kvtutor.NumpyModel.random(cfg, seed=draw(st.integers(0, 2**16)), dtype=np.float64)
+    return kvtutor.GPT2Model.random(cfg, seed=draw(st.integers(0, 2**16)), dtype=np.float64)
 
 
 @st.composite

@@ -25,8 +25,8 @@ print("torch", torch.__version__, "| cuda available:", torch.cuda.is_available()
 assert "$DEVICE" == "cpu" or torch.cuda.is_available(), "DEVICE=cuda but torch sees no GPU"
 PYEOF
 status=0
-# every CUDA test: the dtype/device matrix runs each public TorchModel method on CUDA too
-timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_torch_dtypes.py tests/test_torch_model.py \
+# every CUDA test: the dtype/device matrix runs each public TorchGPT2Model method on CUDA too
+timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_torch_dtypes.py tests/test_torch_gpt2.py \
     tests/test_timing.py -k "cuda or dtypes" 2>&1 | tee "$OUT/cuda-tests.log" || status=1
 timeout 60 env OUT="$OUT" DEVICE="$DEVICE" SIZE="$SIZE" "$PY" tools/gpu_profile.py \
     2>&1 | tee "$OUT/profile.log" || status=1

@@ -31,19 +31,19 @@ from typing import Any
 
 from .caches.kv import ConcatKVCache, KVCache, PreallocatedKVCache
 from .extras import installed, missing_extra
-from .models.config import TOY_CONFIG, ModelConfig
+from .models.config import TOY_CONFIG, GPT2Config
+from .models.gpt2 import GPT2Model
 from .models.llama import LlamaConfig, LlamaModel
-from .models.numpy_model import NumpyModel
 from .models.tokenizer import ToyTokenizer
 from .models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ModelConfig",
+    "GPT2Config",
     "TOY_CONFIG",
     "TOY_PROMPT",
-    "NumpyModel",
+    "GPT2Model",
     "LlamaConfig",
     "LlamaModel",
     "KVCache",
@@ -54,9 +54,9 @@ __all__ = [
     "load_toy_tokenizer",
 ]
 
-# torch is optional: kvtutor imports without it, TorchModel needs it (and `import *` offers it only then)
+# torch is optional: kvtutor imports without it, TorchGPT2Model needs it (and `import *` offers it only then)
 #: The names that need torch, and the module each comes from (imported on first use).
-_TORCH_NAMES = {"TorchModel": "models.torch_model", "TorchLlamaModel": "models.torch_llama"}
+_TORCH_NAMES = {"TorchGPT2Model": "models.torch_gpt2", "TorchLlamaModel": "models.torch_llama"}
 
 if installed("torch"):
     __all__ += list(_TORCH_NAMES)

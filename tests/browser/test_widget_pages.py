@@ -50,7 +50,7 @@ def trace():
     """The toy model's trace, float64 (as the export runs it), to the printed digits."""
     toy = kvtutor.load_toy_model()
     sd, heads = toy.to_gpt2_state_dict(), toy.config.n_heads
-    model = kvtutor.NumpyModel.from_gpt2_state_dict(sd, n_heads=heads, dtype=np.float64)
+    model = kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=heads, dtype=np.float64)
     tok = kvtutor.load_toy_tokenizer()
     ids = tok.encode(kvtutor.TOY_PROMPT)
     cache, prefill = model.new_cache(), []

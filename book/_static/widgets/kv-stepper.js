@@ -1,7 +1,7 @@
 /* The cache stepper: the toy model's prefill and decode steps, one button press each, with every
    layer's K and V cache per head, the new token's q row, its scores and softmax weights, the
    greedy token, and (switched on) the same step without a cache, its recomputed rows marked.
-   Every number is from NumpyModel's trace, exported by kvtutor.book.widgets.cache_stepper;
+   Every number is from GPT2Model's trace, exported by kvtutor.book.widgets.cache_stepper;
    this file only lays them out. Needs kv-widgets.js first. */
 (function () {
   "use strict";

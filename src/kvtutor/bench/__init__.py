@@ -6,7 +6,7 @@ model and writes every number, as seconds and as ratios to those ceilings, to on
 - prefill time vs prompt length and decode time vs batch size, as points on the roofline;
 - the batch size at which decode turns compute-bound, measured and predicted by the cost model;
 - how fast a batch-1 decode step reads its weights, against one large GEMV (or a device copy);
-- ``TorchModel.generate`` against ``transformers``' ``generate`` (same weights, same tokens);
+- ``TorchGPT2Model.generate`` against ``transformers``' ``generate`` (same weights, same tokens);
 - prefill FLOP/s against ``torch.matmul`` in the model's own shapes;
 - the preallocated cache against the concat cache;
 - tokens/s with and without the cache as the sequence grows.

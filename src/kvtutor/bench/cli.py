@@ -40,7 +40,7 @@ from .experiments import (
 from .tables import sizes
 
 if TYPE_CHECKING:
-    from ..models.torch_model import TorchModel
+    from ..models.torch_gpt2 import TorchGPT2Model
 
 __all__ = ["BENCH_DTYPES", "RUN_SECTIONS", "run", "write_result", "summary", "main"]
 
@@ -266,7 +266,7 @@ def run(
 
 def _run_engine_section(
     sz: dict[str, Any],
-    model: Callable[..., TorchModel],
+    model: Callable[..., TorchGPT2Model],
     copy_bw: float,
     mrt: float,
     reps: int,

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..measure import costs
 from ..measure.timing import Measurement, time_fn
-from ..models.config import ModelConfig
+from ..models.config import GPT2Config
 from ..validate import check_int, dtype_info, torch_dtype
 from .tables import MODELS
 
 if TYPE_CHECKING:
-    from ..models.torch_model import TorchModel
+    from ..models.torch_gpt2 import TorchGPT2Model
 
 __all__ = [
     "MEASURED_HOOKS",
@@ -44,7 +44,7 @@ __all__ = [
 MEASURED_HOOKS: list[Callable[[], None]] = []
 
 
-def config_dict(cfg: ModelConfig) -> dict[str, Any]:
+def config_dict(cfg: GPT2Config) -> dict[str, Any]:
     """A config's sizes and its parameter count, as the result JSON records them."""
     return {
         "vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
@@ -72,17 +72,17 @@ def ceilings(probe: dict[str, Any], dtype: Any) -> dict[str, Any]:
 
 
 def make_model(
-    config: ModelConfig | str, device: str = "cpu", dtype: Any = None, seed: int = 0
-) -> TorchModel:
-    """A ``TorchModel`` with random weights, for a config or a name in MODELS."""
-    from ..models.torch_model import TorchModel
+    config: GPT2Config | str, device: str = "cpu", dtype: Any = None, seed: int = 0
+) -> TorchGPT2Model:
+    """A ``TorchGPT2Model`` with random weights, for a config or a name in MODELS."""
+    from ..models.torch_gpt2 import TorchGPT2Model
 
     cfg = MODELS[config] if isinstance(config, str) else config
     dt = None if dtype is None else torch_dtype(dtype)
     on_device = str(device).startswith("cuda") and cfg.n_params > 5e8
     if on_device or cfg.n_params > 3e9:  # drawing billions of numbers in NumPy on the host takes minutes
-        return TorchModel.random_on_device(cfg, seed=seed, device=device, dtype=dt)
-    return TorchModel.random(cfg, seed=seed, device=device, dtype=dt)
+        return TorchGPT2Model.random_on_device(cfg, seed=seed, device=device, dtype=dt)
+    return TorchGPT2Model.random(cfg, seed=seed, device=device, dtype=dt)
 
 
 def device_of(model: Any) -> str:
@@ -150,7 +150,7 @@ def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def weight_products(model: TorchModel, n_rows: int) -> Callable[[], Any]:
+def weight_products(model: TorchGPT2Model, n_rows: int) -> Callable[[], Any]:
     """-> fn() running every weight product of one forward pass over ``n_rows`` tokens back to back:
     the calls the model makes (``linear`` per layer matrix, ``lm_head``) on the model's own matrices,
     and nothing else. Inputs are allocated once. Timing it splits the gap between a forward pass and

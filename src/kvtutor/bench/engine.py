@@ -27,7 +27,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..models.torch_model import TorchModel
+    from ..models.torch_gpt2 import TorchGPT2Model
 
 __all__ = ["run_engine", "run_big_decode", "run_generate_vs_hf_static", "run_graph_vs_concat"]
 
@@ -52,7 +52,7 @@ def _graphed(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
     return graph.replay
 
 
-def _steps_timer(model: TorchModel, capacity: int, context_len: int, n_steps: int = 16):
+def _steps_timer(model: TorchGPT2Model, capacity: int, context_len: int, n_steps: int = 16):
     """-> (fn, cache): fn() runs ``n_steps`` fast-path decode steps of one row from ``context_len``
     - 1 tokens on, then rewinds the cache (one rewind per ``n_steps`` steps, so it hardly counts)."""
     cache = model.new_cache(1, capacity=capacity)
@@ -70,7 +70,7 @@ def _steps_timer(model: TorchModel, capacity: int, context_len: int, n_steps: in
 
 
 def run_engine(
-    model: TorchModel,
+    model: TorchGPT2Model,
     capacity: int,
     context_len: int,
     copy_bandwidth: float,
@@ -107,7 +107,11 @@ def run_engine(
 
 
 def run_big_decode(
-    model: TorchModel, context_len: int, copy_bandwidth: float, min_run_time: float = 0.2, repeats: int = 3
+    model: TorchGPT2Model,
+    context_len: int,
+    copy_bandwidth: float,
+    min_run_time: float = 0.2,
+    repeats: int = 3,
 ) -> dict[str, Any]:
     """Weight bytes per second of a batch-1 fast-path decode step of a large model, against copy
     bandwidth (measured in the same run)."""
@@ -123,9 +127,9 @@ def run_big_decode(
 
 
 def run_generate_vs_hf_static(
-    model: TorchModel, prompt_len: int, n_new: int, repeats: int = 3, min_run_time: float = 0.0
+    model: TorchGPT2Model, prompt_len: int, n_new: int, repeats: int = 3, min_run_time: float = 0.0
 ) -> dict[str, Any]:
-    """``TorchModel.generate`` (graphed on CUDA) against transformers' ``generate`` on the same
+    """``TorchGPT2Model.generate`` (graphed on CUDA) against transformers' ``generate`` on the same
     weights, with its static cache (``cache_implementation="static"``, which transformers compiles)
     and with its default dynamic cache (eager). First calls (capture, compilation) are timed apart
     and excluded; then alternating rounds, the median round's ratio kept."""
@@ -176,7 +180,7 @@ def run_generate_vs_hf_static(
 
 
 def run_graph_vs_concat(
-    model: TorchModel, n_new: int, prompt_len: int = 8, repeats: int = 3, min_run_time: float = 0.0
+    model: TorchGPT2Model, n_new: int, prompt_len: int = 8, repeats: int = 3, min_run_time: float = 0.0
 ) -> dict[str, Any]:
     """``generate`` of ``n_new`` tokens three ways: the preallocated cache with the fixed-shape step
     (``graphs=True``: CUDA graphs on a GPU), the preallocated cache eagerly, and the concat cache

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..measure import costs, timing
 from ..measure.knee import fit_knee
-from ..models.config import ModelConfig
+from ..models.config import GPT2Config
 from ..models.gpt2_weights import build_hf_gpt2
 from ..validate import dtype_info, torch_dtype
 from .common import (
@@ -33,7 +33,7 @@ from .common import (
 from .tables import MODELS
 
 if TYPE_CHECKING:
-    from ..models.torch_model import TorchModel
+    from ..models.torch_gpt2 import TorchGPT2Model
 
 __all__ = [
     "run_prefill_sweep",
@@ -49,7 +49,7 @@ __all__ = [
 
 
 def run_prefill_sweep(
-    model: TorchModel,
+    model: TorchGPT2Model,
     lengths: Sequence[int],
     min_run_time: float = 0.2,
     repeats: int = 3,
@@ -74,7 +74,7 @@ def run_prefill_sweep(
 
 
 def run_decode_sweep(
-    model: TorchModel,
+    model: TorchGPT2Model,
     batches: Sequence[int],
     context_len: int = 32,
     min_run_time: float = 0.2,
@@ -123,7 +123,7 @@ def run_decode_sweep(
 
 
 def run_decode_bandwidth(
-    model: TorchModel,
+    model: TorchGPT2Model,
     context_len: int = 16,
     min_run_time: float = 0.2,
     repeats: int = 5,
@@ -184,7 +184,7 @@ def run_decode_bandwidth(
 
 
 def run_prefill_vs_matmul(
-    model: TorchModel, n_tokens: int, min_run_time: float = 0.2, repeats: int = 3
+    model: TorchGPT2Model, n_tokens: int, min_run_time: float = 0.2, repeats: int = 3
 ) -> dict[str, Any]:
     """Prefill FLOP/s (cost-model FLOPs / time) against ``torch.matmul`` in the same shapes, same run.
 
@@ -237,7 +237,7 @@ def run_prefill_vs_matmul(
 
 
 def run_generate_vs_transformers(
-    config: ModelConfig | str,
+    config: GPT2Config | str,
     prompt_len: int,
     n_new: int,
     device: str = "cpu",
@@ -246,7 +246,7 @@ def run_generate_vs_transformers(
     min_run_time: float = 0.0,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """``TorchModel.generate`` against ``transformers``' ``generate`` (greedy, its default cache):
+    """``TorchGPT2Model.generate`` against ``transformers``' ``generate`` (greedy, its default cache):
     same weights, the tokens of both checked equal, the speedup recorded: the two are timed in
     ``repeats`` alternating rounds and ``speedup`` is the median round's ratio (``rounds`` holds all).
 
@@ -259,12 +259,12 @@ def run_generate_vs_transformers(
         return {"skipped": "transformers is not installed"}
     import torch
 
-    from ..models.numpy_model import NumpyModel
-    from ..models.torch_model import TorchModel
+    from ..models.gpt2 import GPT2Model
+    from ..models.torch_gpt2 import TorchGPT2Model
 
     cfg = MODELS[config] if isinstance(config, str) else config
-    np_model = NumpyModel.random(cfg, seed=seed)
-    ours = TorchModel.from_numpy(np_model, device=device, dtype=torch_dtype(dtype))
+    np_model = GPT2Model.random(cfg, seed=seed)
+    ours = TorchGPT2Model.from_numpy(np_model, device=device, dtype=torch_dtype(dtype))
     with quiet_transformers():
         hf = build_hf_gpt2(np_model, device, dtype)
     del np_model
@@ -310,7 +310,7 @@ def run_generate_vs_transformers(
 
 
 def run_preallocated_vs_concat(
-    model: TorchModel,
+    model: TorchGPT2Model,
     lengths: Sequence[int],
     prompt_len: int = 8,
     repeats: int = 3,
@@ -385,7 +385,7 @@ def run_append(
 
 
 def run_cache_vs_recompute(
-    model: TorchModel,
+    model: TorchGPT2Model,
     lengths: Sequence[int],
     min_run_time: float = 0.2,
     repeats: int = 3,
@@ -444,7 +444,7 @@ def run_cache_vs_recompute(
 def add_predictions(section: dict[str, Any], ceilings: dict[str, Any]) -> dict[str, Any]:
     """Add the roofline's prediction to a prefill or decode sweep, in place (and return it):
     ``predicted_time_s`` per point, and for decode the predicted compute-bound batch."""
-    cfg = ModelConfig(**{k: v for k, v in section["config"].items() if k != "n_params"})
+    cfg = GPT2Config(**{k: v for k, v in section["config"].items() if k != "n_params"})
     peak, bw, dtype = ceilings["peak_flops"], ceilings["bandwidth"], section["dtype"]
     for p in section["points"]:
         if "n_tokens" in p:

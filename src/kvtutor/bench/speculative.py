@@ -34,7 +34,7 @@ import numpy as np
 
 from ..measure import costs, recorded
 from ..measure.timing import describe, hardware_info, load_average, versions
-from ..models.config import ModelConfig
+from ..models.config import GPT2Config
 from ..serving import speculative as spec
 from ..serving.backends import forward_one, is_torch_model
 
@@ -48,7 +48,7 @@ COMMAND = (
 )
 
 #: the memory-bound target: GPT-2's shape at width 1024, 12 layers, a vocabulary of 8192
-MEMORY_BOUND_CONFIG = ModelConfig(vocab_size=8192, d_model=1024, n_heads=16, n_layers=12, max_seq_len=128)
+MEMORY_BOUND_CONFIG = GPT2Config(vocab_size=8192, d_model=1024, n_heads=16, n_layers=12, max_seq_len=128)
 #: (acceptance rate set, k) of each CoinDraft run; the rate sweep at k = 4, then k = 2 and 8
 MEMORY_BOUND_SETTINGS = [(a, 4) for a in (0.3, 0.5, 0.7, 0.8, 0.9, 1.0)] + [(0.8, 2), (0.8, 8)]
 TOY_KS = (1, 2, 4, 6)
@@ -251,11 +251,11 @@ def record_memory_bound(
     """The random GPT-2-shaped target in float32 and ``CoinDraft``s on its first layer."""
     import torch
 
-    from ..models.torch_model import TorchModel
+    from ..models.torch_gpt2 import TorchGPT2Model
 
     loads = [] if loads is None else loads
     cfg = MEMORY_BOUND_CONFIG
-    target = TorchModel.random_on_device(cfg, seed=0, device="cpu", dtype=torch.float32)
+    target = TorchGPT2Model.random_on_device(cfg, seed=0, device="cpu", dtype=torch.float32)
     prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, 16).tolist()
     continuation = target.generate(torch.tensor([prompt]), n_new)[0].tolist()
     reference = prompt + continuation

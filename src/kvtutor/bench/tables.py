@@ -7,20 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from ..measure.timing import bench_size
-from ..models.config import ModelConfig
+from ..models.config import GPT2Config
 
 __all__ = ["MODELS", "SIZES", "sizes"]
 
 #: The model shapes the benchmark uses (random weights; nothing is downloaded).
-MODELS: dict[str, ModelConfig] = {
-    "tiny": ModelConfig(vocab_size=512, d_model=64, n_heads=4, n_layers=2, max_seq_len=512),
-    "small": ModelConfig(vocab_size=8192, d_model=256, n_heads=4, n_layers=4, max_seq_len=4096),
-    "mid": ModelConfig(vocab_size=8192, d_model=512, n_heads=8, n_layers=6, max_seq_len=1024),
-    "gpt2-small": ModelConfig(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_seq_len=1024),
-    "gpt2-medium": ModelConfig(vocab_size=50257, d_model=1024, n_heads=16, n_layers=24, max_seq_len=1024),
-    "gpt2-1.3b": ModelConfig(vocab_size=50257, d_model=2048, n_heads=16, n_layers=24, max_seq_len=4096),
-    # drawn on the device (TorchModel.random_on_device): too large to draw in NumPy
-    "gpt2-6.7b": ModelConfig(vocab_size=50257, d_model=4096, n_heads=32, n_layers=32, max_seq_len=2048),
+MODELS: dict[str, GPT2Config] = {
+    "tiny": GPT2Config(vocab_size=512, d_model=64, n_heads=4, n_layers=2, max_seq_len=512),
+    "small": GPT2Config(vocab_size=8192, d_model=256, n_heads=4, n_layers=4, max_seq_len=4096),
+    "mid": GPT2Config(vocab_size=8192, d_model=512, n_heads=8, n_layers=6, max_seq_len=1024),
+    "gpt2-small": GPT2Config(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_seq_len=1024),
+    "gpt2-medium": GPT2Config(vocab_size=50257, d_model=1024, n_heads=16, n_layers=24, max_seq_len=1024),
+    "gpt2-1.3b": GPT2Config(vocab_size=50257, d_model=2048, n_heads=16, n_layers=24, max_seq_len=4096),
+    # drawn on the device (TorchGPT2Model.random_on_device): too large to draw in NumPy
+    "gpt2-6.7b": GPT2Config(vocab_size=50257, d_model=4096, n_heads=32, n_layers=32, max_seq_len=2048),
 }
 
 _TINY = {

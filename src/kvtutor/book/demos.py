@@ -3,7 +3,7 @@
 
 - ``masked_attention``, ``attention_offset_mask``, ``forward_offset_mask``: attention with an
   explicit mask; the model's forward with the mask aligned to the last position applied even when
-  T = 1 (through the ``core`` hook of ``NumpyModel.forward``);
+  T = 1 (through the ``core`` hook of ``GPT2Model.forward``);
 - ``QCache``: a cache of query rows, which the model never needs (``wrong.forward_storing_queries``
   and ``wrong.forward_reading_cached_queries`` fill and read it);
 - ``generate_without_cache``: every step recomputes the whole sequence;
@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..caches.kv import ConcatKVCache, KVCache, PreallocatedKVCache, make_cache
-from ..models.config import ModelConfig
-from ..models.gpt2_weights import LayerWeights
-from ..models.numpy_model import (
-    NumpyModel,
+from ..models.config import GPT2Config
+from ..models.gpt2 import (
+    GPT2Model,
     apply_mask,
     attend,
     attention_scores,
@@ -45,6 +44,7 @@ from ..models.numpy_model import (
     softmax,
     split_heads,
 )
+from ..models.gpt2_weights import LayerWeights
 from ..validate import check_max_new_tokens, check_token_ids
 
 __all__ = [
@@ -79,7 +79,7 @@ def attention_offset_mask(q_HTK: np.ndarray, k_HSK: np.ndarray, v_HSK: np.ndarra
     return masked_attention(q_HTK, k_HSK, v_HSK, causal_mask(q_HTK.shape[1], k_HSK.shape[1]))
 
 
-def forward_offset_mask(model: NumpyModel, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
+def forward_offset_mask(model: GPT2Model, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
     """[T] -> [T,V]: right: the model's forward, with the offset mask applied even when T = 1."""
     return model.forward(ids_T, cache, core=lambda i, q, k, v: attention_offset_mask(q, k, v))
 
@@ -99,7 +99,7 @@ class QCache:
         self.reads = 0
 
     @classmethod
-    def for_model(cls, model: NumpyModel) -> QCache:
+    def for_model(cls, model: GPT2Model) -> QCache:
         """An empty query cache shaped for ``model``."""
         cfg = model.config
         return cls(cfg.n_layers, cfg.n_heads, cfg.d_head, model.weights.wte_VD.dtype)
@@ -136,7 +136,7 @@ class QCache:
 
 
 def generate_without_cache(
-    model: NumpyModel,
+    model: GPT2Model,
     prompt_ids: Any,
     max_new_tokens: int,
     temperature: float = 0.0,
@@ -166,7 +166,7 @@ def post_attention(
     x_TD: np.ndarray,
     o_HTK: np.ndarray,
     layer: LayerWeights,
-    config: ModelConfig,
+    config: GPT2Config,
 ) -> np.ndarray:
     """[T,D], [H,T,K] -> [T,D]: merge heads, W_O, residual; then LayerNorm,
     FFN, residual.
@@ -177,7 +177,7 @@ def post_attention(
 
 
 def worked_example_generate(
-    model: NumpyModel,
+    model: GPT2Model,
     prompt_ids: Any,
     max_new: int = 100,
     temperature: float = 0.0,
@@ -188,7 +188,7 @@ def worked_example_generate(
 
     One prefill over the prompt that keeps each layer's (K, V), then
     ``max_new`` decode steps that concatenate one row onto them. Same tokens
-    as ``NumpyModel.generate``.
+    as ``GPT2Model.generate``.
     """
     cfg, w = model.config, model.weights
     prompt_ids = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
@@ -276,7 +276,7 @@ class CountingPreallocatedKVCache(PreallocatedKVCache):
         return k_HSK, v_HSK
 
 
-def counting_cache(model: NumpyModel, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
+def counting_cache(model: GPT2Model, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
     """An empty cache like ``model.new_cache(capacity=capacity, kind=kind)`` that also counts
     ``bytes_written``."""
     kinds = {"preallocated": CountingPreallocatedKVCache, "concat": CountingConcatKVCache}

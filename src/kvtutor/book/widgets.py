@@ -5,7 +5,7 @@ is a ``<div class="kvtutor-widget">`` holding the widget's data as ``<script
 type="application/json">``, which ``book/_static/widgets/*.js`` finds and draws: no kernel, no
 network, and the page works when opened from disk. Elsewhere (a terminal, Colab) the text form is
 one line naming the widget. The data is the package's own: the stepper's arrays are
-``NumpyModel``'s trace, the calculator's models and constants come from ``models.hf_config``,
+``GPT2Model``'s trace, the calculator's models and constants come from ``models.hf_config``,
 ``models.model_spec`` and ``measure.memory``; the JavaScript only lays them out and does the
 calculator's arithmetic, which ``measure.memory.kv_memory`` states.
 
@@ -29,8 +29,8 @@ import numpy as np
 
 from ..measure.costs import Cost, generation_costs
 from ..measure.memory import GIB, KEY_SCALES, KV_DTYPES, MAX_MEMORY_GIB, KVQuant, fixed_scale_bytes, kv_memory
+from ..models.gpt2 import GPT2Model
 from ..models.hf_config import bundled_models, load_model_spec
-from ..models.numpy_model import NumpyModel
 from ..models.tokenizer import ToyTokenizer
 from ..models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
 from ..validate import MAX_COUNT, check_int
@@ -76,7 +76,7 @@ def _rounded(array: Any, digits: int) -> Any:
     return np.round(np.asarray(array, dtype=np.float64), digits).tolist()
 
 
-def _float64(model: NumpyModel) -> NumpyModel:
+def _float64(model: GPT2Model) -> GPT2Model:
     """The same model with every weight in float64."""
 
     def cast(obj: Any) -> Any:
@@ -84,14 +84,14 @@ def _float64(model: NumpyModel) -> NumpyModel:
                                if isinstance(getattr(obj, f.name), np.ndarray)})  # fmt: skip
 
     weights = cast(model.weights)
-    return NumpyModel(model.config, replace(weights, layers=[cast(layer) for layer in weights.layers]))
+    return GPT2Model(model.config, replace(weights, layers=[cast(layer) for layer in weights.layers]))
 
 
 def _cost(cost: Cost) -> dict[str, int]:
     return {"flops": int(cost.flops), "bytes": int(cost.bytes)}
 
 
-def _costs(model: NumpyModel, n_prompt: int, n_steps: int) -> list[dict[str, Any]]:
+def _costs(model: GPT2Model, n_prompt: int, n_steps: int) -> list[dict[str, Any]]:
     """Per generated token (the prefill's, then each decode step's): its pass with the cache and
     without one, and the totals so far (``measure.costs.generation_costs``, in the model's dtype)."""
     nbytes = model.weights.wte_VD.dtype.itemsize
@@ -108,8 +108,8 @@ def _costs(model: NumpyModel, n_prompt: int, n_steps: int) -> list[dict[str, Any
 
 
 def _check_stepper_args(model: Any, tokenizer: Any, prompt: Any, n_steps: Any, digits: Any) -> list[int]:
-    if not isinstance(model, NumpyModel):
-        raise TypeError(f"model: expected a NumpyModel (GPT-2 in NumPy), got {type(model).__name__}")
+    if not isinstance(model, GPT2Model):
+        raise TypeError(f"model: expected a GPT2Model (GPT-2 in NumPy), got {type(model).__name__}")
     cfg = model.config
     if cfg.n_kv_heads != cfg.n_heads:
         raise ValueError(
@@ -136,7 +136,7 @@ def _check_stepper_args(model: Any, tokenizer: Any, prompt: Any, n_steps: Any, d
 
 
 def cache_stepper_data(
-    model: NumpyModel | None = None,
+    model: GPT2Model | None = None,
     tokenizer: ToyTokenizer | None = None,
     prompt: str = TOY_PROMPT,
     n_steps: int = 3,
@@ -194,7 +194,7 @@ def cache_stepper_data(
 
 
 def cache_stepper(
-    model: NumpyModel | None = None,
+    model: GPT2Model | None = None,
     tokenizer: ToyTokenizer | None = None,
     prompt: str = TOY_PROMPT,
     n_steps: int = 3,

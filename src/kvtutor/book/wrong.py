@@ -1,7 +1,7 @@
 """Deliberately wrong variants of the model, each one change to it (the book's Pitfalls page).
 
-Every variant runs the real ``NumpyModel.forward`` with its attention core replaced through the
-``core`` hook (``kvtutor.models.numpy_model.attention``): projections, cache writes, FFN and LM head are
+Every variant runs the real ``GPT2Model.forward`` with its attention core replaced through the
+``core`` hook (``kvtutor.models.gpt2.attention``): projections, cache writes, FFN and LM head are
 the model's own, so a chapter can run a variant beside the model and show where the numbers part
 ways. The right counterparts are in ``kvtutor.book.demos``.
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..caches.kv import KVCache, PreallocatedKVCache
-from ..models.numpy_model import NumpyModel, causal_mask, repeat_kv
+from ..models.gpt2 import GPT2Model, causal_mask, repeat_kv
 from ..validate import check_token_id
 from .demos import QCache, attention_offset_mask, masked_attention
 
@@ -92,7 +92,7 @@ def _check_one_mask(is_causal: bool, mask_TS: Any) -> None:
         raise ValueError("is_causal: expected False when mask_TS is given, got True")
 
 
-def forward_top_left_mask(model: NumpyModel, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
+def forward_top_left_mask(model: GPT2Model, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
     """[T] -> [T,V]: WRONG after a non-empty cache: the model's forward with a top-left mask."""
     return model.forward(ids_T, cache, core=lambda i, q, k, v: attention_top_left_mask(q, k, v))
 
@@ -100,14 +100,14 @@ def forward_top_left_mask(model: NumpyModel, ids_T: Any, cache: KVCache | None =
 # ---------------------------------------------------------------- reading the whole buffer
 
 
-def _check_cache(model: NumpyModel, cache: Any, kind: type | None = None) -> None:
+def _check_cache(model: GPT2Model, cache: Any, kind: type | None = None) -> None:
     model.check_cache(cache)
     if kind is not None and not isinstance(cache, kind):
         raise TypeError(f"cache: expected a {kind.__name__}, got {type(cache).__name__}")
 
 
 def decode_step_whole_buffer(
-    model: NumpyModel,
+    model: GPT2Model,
     token_id: Any,
     cache: PreallocatedKVCache,
 ) -> np.ndarray:
@@ -130,7 +130,7 @@ def decode_step_whole_buffer(
     return model.forward([token_id], cache, core=core)[0]
 
 
-def _check_whole_buffer_step(model: NumpyModel, token_id: Any, cache: Any) -> int:
+def _check_whole_buffer_step(model: GPT2Model, token_id: Any, cache: Any) -> int:
     """The checks of ``decode_step_whole_buffer``: a prefilled preallocated cache, a valid id."""
     _check_cache(model, cache, PreallocatedKVCache)
     token_id = check_token_id(token_id, model.config.vocab_size, "token_id")
@@ -142,7 +142,7 @@ def _check_whole_buffer_step(model: NumpyModel, token_id: Any, cache: Any) -> in
 # ---------------------------------------------------------------- the cache nobody needs: queries
 
 
-def forward_storing_queries(model: NumpyModel, ids_T: Any, cache: KVCache, q_cache: QCache) -> np.ndarray:
+def forward_storing_queries(model: GPT2Model, ids_T: Any, cache: KVCache, q_cache: QCache) -> np.ndarray:
     """[T] -> [T,V]: the model's forward, also appending each layer's new query rows to ``q_cache``.
 
     Attention uses only the new rows, as the model does, so ``q_cache.reads`` never moves.
@@ -157,7 +157,7 @@ def forward_storing_queries(model: NumpyModel, ids_T: Any, cache: KVCache, q_cac
 
 
 def forward_reading_cached_queries(
-    model: NumpyModel, ids_T: Any, cache: KVCache, q_cache: QCache
+    model: GPT2Model, ids_T: Any, cache: KVCache, q_cache: QCache
 ) -> np.ndarray:
     """[T] -> [T,V]: attention for ALL S stored queries (old and new), then
     only the last T rows kept.
@@ -181,7 +181,7 @@ def forward_reading_cached_queries(
     return model.forward(ids_T, cache, core=core)
 
 
-def _check_query_cache(model: NumpyModel, cache: Any, q_cache: QCache) -> None:
+def _check_query_cache(model: GPT2Model, cache: Any, q_cache: QCache) -> None:
     """The checks of ``forward_reading_cached_queries``: one stored query row per cached token."""
     _check_cache(model, cache)
     if len(q_cache) != len(cache):

@@ -14,7 +14,7 @@ For the ``n_new`` = T queries at positions ``len(cache) .. len(cache) + T - 1`` 
 ``update`` returns for them, True where query t may see key s; None means the plain causal mask
 (the T queries are the last T of the S keys, and each sees every key up to its own position).
 A sliding-window cache (``kvtutor.caches.window``) returns only the keys its window keeps and masks
-within them. ``numpy_model.attention_core`` asks through ``cache_mask``, which checks the answer.
+within them. ``gpt2.attention_core`` asks through ``cache_mask``, which checks the answer.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def make_cache(
     """``kinds[kind]`` for one sequence of up to ``capacity`` positions (``None``: ``max_seq_len``),
     after checking every argument: the body of ``new_cache`` for the NumPy models (and of the
     book's counting caches, which pass their own ``kinds``). A NumPy model runs one sequence at a
-    time, so ``batch_size`` must be 1: a batch is one cache per sequence, or a ``TorchModel``."""
+    time, so ``batch_size`` must be 1: a batch is one cache per sequence, or a ``TorchGPT2Model``."""
     if isinstance(batch_size, str):
         raise TypeError(
             f"batch_size: expected an int, got str {batch_size!r} (the kind is a keyword argument: "
@@ -256,7 +256,7 @@ def make_cache(
     if batch_size != 1:
         raise ValueError(
             f"batch_size: expected 1 (a NumPy model runs one sequence; make one cache per sequence "
-            f"or use a TorchModel for a batch), got {batch_size}"
+            f"or use a TorchGPT2Model for a batch), got {batch_size}"
         )
     capacity = max_seq_len if capacity is None else check_int("capacity", capacity, 1, max_seq_len)
     if kind not in kinds:
@@ -294,7 +294,7 @@ def model_cache_shape(model: Any, capacity: Any = None) -> tuple[int, int, int, 
     torch_dtype = getattr(model, "dtype", None) if weights is None else None
     if cfg is None or (weights is None and torch_dtype is None):
         raise TypeError(
-            f"model: expected a kvtutor model (NumpyModel, LlamaModel, TorchModel, TorchLlamaModel), "
+            f"model: expected a kvtutor model (GPT2Model, LlamaModel, TorchGPT2Model, TorchLlamaModel), "
             f"got {type(model).__name__}"
         )
     if weights is not None:

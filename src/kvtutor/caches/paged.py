@@ -10,7 +10,7 @@ Blocks carry reference counts. ``fork`` gives a second sequence the same block t
 prompt is stored once); the first write into a shared block copies it (copy-on-write).
 
 ``PagedKVCache`` (one sequence) follows the cache protocol of ``kvtutor.caches.kv``, so
-``NumpyModel.prefill`` and ``decode_step`` run on it unchanged. Two letters join the dimension key
+``GPT2Model.prefill`` and ``decode_step`` run on it unchanged. Two letters join the dimension key
 here: N blocks in the pool and P token positions per block, e.g. the pool's keys ``k_LNHPK``.
 
 ``kvtutor.serving.paged_trace`` replays a trace of requests through these blocks, or through contiguous

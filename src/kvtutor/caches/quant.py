@@ -1,6 +1,6 @@
 """A quantized KV cache for the NumPy models: keys and values stored as int8 with scales.
 
-The cache quantizes at store time and dequantizes when attention reads, so ``NumpyModel`` and
+The cache quantizes at store time and dequantizes when attention reads, so ``GPT2Model`` and
 ``LlamaModel`` run on it unchanged through the protocol of ``kvtutor.caches.kv`` (``update`` /
 ``advance``, ``truncate``, ``keys`` / ``values``). Quantization is symmetric int8: a slice x gets
 ``scale = max|x| / 127`` and is stored as ``q = round(x / scale)`` in [-127, 127]; reading gives

@@ -27,7 +27,7 @@ import numbers
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..models.config import ModelConfig
+from ..models.config import GPT2Config
 from ..validate import check_int, dtype_info
 
 __all__ = [
@@ -66,9 +66,9 @@ def bytes_per_element(dtype: Any) -> int:
     return info.bits // 8
 
 
-def _check_config(config: Any) -> ModelConfig:
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
+def _check_config(config: Any) -> GPT2Config:
+    if not isinstance(config, GPT2Config):
+        raise TypeError(f"config: expected a GPT2Config, got {type(config).__name__}")
     return config
 
 
@@ -128,7 +128,7 @@ class Cost:
         return out
 
 
-def kv_cache_bytes(config: ModelConfig, n_tokens: int, batch_size: int = 1, dtype: Any = 4) -> int:
+def kv_cache_bytes(config: GPT2Config, n_tokens: int, batch_size: int = 1, dtype: Any = 4) -> int:
     """Bytes of keys and values for n_tokens in each of batch_size sequences:
     2 x L x Hkv x K x tokens x B x bytes per element."""
     cfg = _check_config(config)
@@ -137,14 +137,14 @@ def kv_cache_bytes(config: ModelConfig, n_tokens: int, batch_size: int = 1, dtyp
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.d_head * n_tokens * batch_size * bytes_per_element(dtype)
 
 
-def layer_weight_count(config: ModelConfig) -> int:
+def layer_weight_count(config: GPT2Config) -> int:
     """Parameters of one block: W_Q, W_K, W_V, W_O, the FFN, their biases and both LayerNorms."""
     cfg = _check_config(config)
     d, f, kv = cfg.d_model, cfg.d_ff, cfg.n_kv_heads * cfg.d_head
     return d * (d + 2 * kv) + (d + 2 * kv) + d * d + d + d * f + f + f * d + d + 4 * d
 
 
-def decode_weight_bytes(config: ModelConfig, dtype: Any = 4) -> int:
+def decode_weight_bytes(config: GPT2Config, dtype: Any = 4) -> int:
     """Bytes of the weights one forward pass must read: every block, the final LayerNorm and the
     [V, D] LM head (only one row of the position table is read, so it is left out)."""
     cfg = _check_config(config)
@@ -153,7 +153,7 @@ def decode_weight_bytes(config: ModelConfig, dtype: Any = 4) -> int:
 
 
 def layer_cost(
-    config: ModelConfig,
+    config: GPT2Config,
     n_new: int,
     n_past: int = 0,
     batch_size: int = 1,
@@ -194,7 +194,7 @@ def layer_cost(
 
 
 def forward_cost(
-    config: ModelConfig,
+    config: GPT2Config,
     n_new: int,
     n_past: int = 0,
     batch_size: int = 1,
@@ -217,7 +217,7 @@ def forward_cost(
 
 
 def prefill_cost(
-    config: ModelConfig, n_tokens: int, batch_size: int = 1, dtype: Any = 4, all_logits: bool = True
+    config: GPT2Config, n_tokens: int, batch_size: int = 1, dtype: Any = 4, all_logits: bool = True
 ) -> Cost:
     """Prefill of an n_tokens prompt (T = S = n_tokens) in each of batch_size sequences, logits for
     every position (what ``prefill`` returns) or, with ``all_logits=False``, for the last one only
@@ -227,14 +227,14 @@ def prefill_cost(
     return forward_cost(config, n_tokens, 0, batch_size, dtype, all_logits=all_logits)
 
 
-def decode_cost(config: ModelConfig, context_len: int, batch_size: int = 1, dtype: Any = 4) -> Cost:
+def decode_cost(config: GPT2Config, context_len: int, batch_size: int = 1, dtype: Any = 4) -> Cost:
     """One decode step: T = 1 new token attending to S = context_len keys (the new one included)."""
     context_len = check_int("context_len", context_len, 1)
     return forward_cost(config, 1, context_len - 1, batch_size, dtype)
 
 
 def generation_costs(
-    config: ModelConfig,
+    config: GPT2Config,
     prompt_len: int,
     n_new: int,
     cached: bool = True,
@@ -266,7 +266,7 @@ def generation_costs(
     return out
 
 
-def _check_generation(config: Any, prompt_len: Any, n_new: Any) -> tuple[ModelConfig, int, int]:
+def _check_generation(config: Any, prompt_len: Any, n_new: Any) -> tuple[GPT2Config, int, int]:
     cfg = _check_config(config)
     p = check_int("prompt_len", prompt_len, 1)
     n = check_int("n_new", n_new, 0)
@@ -305,7 +305,7 @@ def roofline_time(cost: Cost, peak_flops: float, bandwidth: float) -> float:
 
 
 def ridge_batch(
-    config: ModelConfig,
+    config: GPT2Config,
     context_len: int,
     peak_flops: float,
     bandwidth: float,
@@ -333,7 +333,7 @@ def ridge_batch(
 
 
 def compute_bound_batch(
-    config: ModelConfig, context_len: int, peak_flops: float, bandwidth: float, dtype: Any = 4
+    config: GPT2Config, context_len: int, peak_flops: float, bandwidth: float, dtype: Any = 4
 ) -> int | None:
     """The smallest batch at which decode at context_len turns compute-bound, or None if none does."""
     b = ridge_batch(config, context_len, peak_flops, bandwidth, dtype)
@@ -347,7 +347,7 @@ def products_ridge_batch(peak_flops: float, bandwidth: float, dtype: Any = 4) ->
     return machine_balance(peak_flops, bandwidth) * bytes_per_element(dtype) / 2
 
 
-def attention_intensity(config: ModelConfig, dtype: Any = 4) -> float:
+def attention_intensity(config: GPT2Config, dtype: Any = 4) -> float:
     """FLOPs per byte of a decode step's attention: each sequence's query meets its own S cached
     keys and values, 4 H S K FLOPs against 2 Hkv S K x bytes read, so 2 H / (Hkv x bytes) whatever
     the batch and the context: sequences share no keys, so batching never raises it."""

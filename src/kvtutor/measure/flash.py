@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..models.numpy_model import apply_mask, attention_scores, repeat_kv
+from ..models.gpt2 import apply_mask, attention_scores, repeat_kv
 from ..validate import check_int, check_qkv, check_tensors, torch_compute_dtype, torch_device
 
 __all__ = [

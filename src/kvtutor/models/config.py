@@ -9,7 +9,7 @@ from ..validate import check_scale
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class GPT2Config:
     """Sizes of a GPT-2-style decoder.
 
     ``d_ff`` defaults to ``4 * d_model`` and ``n_kv_heads`` to ``n_heads`` (plain multi-head
@@ -89,4 +89,4 @@ class ModelConfig:
 
 
 #: The sizes of the worked example: D = 8, H = 2 heads of K = 4, two layers, a word vocabulary.
-TOY_CONFIG = ModelConfig(vocab_size=32, d_model=8, n_heads=2, n_layers=2, max_seq_len=16, d_ff=32)
+TOY_CONFIG = GPT2Config(vocab_size=32, d_model=8, n_heads=2, n_layers=2, max_seq_len=16, d_ff=32)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_float_dtype, check_seed
-from .config import ModelConfig
+from .config import GPT2Config
 
 
 @dataclass
@@ -91,7 +91,7 @@ def gpt2_state_dict(weights: Any, fused_qkv: Any) -> dict[str, Any]:
     return sd
 
 
-def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+def _layer_shapes(cfg: GPT2Config) -> dict[str, tuple[int, ...]]:
     d, f, kv = cfg.d_model, cfg.d_ff, cfg.n_kv_heads * cfg.d_head
     return {
         "ln_1.weight": (d,), "ln_1.bias": (d,),
@@ -103,7 +103,7 @@ def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     }  # fmt: skip
 
 
-def _split_layer(get, p: str, cfg: ModelConfig) -> LayerWeights:
+def _split_layer(get, p: str, cfg: GPT2Config) -> LayerWeights:
     d, kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
     w, b = get(p + "attn.c_attn.weight"), get(p + "attn.c_attn.bias")
     cuts = [d, d + kv]
@@ -118,10 +118,10 @@ def _split_layer(get, p: str, cfg: ModelConfig) -> LayerWeights:
     )  # fmt: skip
 
 
-def random_weights(cfg: ModelConfig, seed: int = 0, dtype=np.float32) -> GPT2Weights:
+def random_weights(cfg: GPT2Config, seed: int = 0, dtype=np.float32) -> GPT2Weights:
     """Normal(0, 0.02) matrices, LayerNorm gains near 1, small biases: a GPT-2-like draw."""
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(cfg).__name__}")
+    if not isinstance(cfg, GPT2Config):
+        raise TypeError(f"config: expected a kvtutor.GPT2Config, got {type(cfg).__name__}")
     dtype = check_float_dtype(dtype)
     rng = np.random.default_rng(check_seed(seed))
 
@@ -144,7 +144,7 @@ def random_weights(cfg: ModelConfig, seed: int = 0, dtype=np.float32) -> GPT2Wei
     return _build(sd, cfg)
 
 
-def _build(sd: Mapping[str, np.ndarray], cfg: ModelConfig) -> GPT2Weights:
+def _build(sd: Mapping[str, np.ndarray], cfg: GPT2Config) -> GPT2Weights:
     layers = [_split_layer(sd.__getitem__, f"h.{i}.", cfg) for i in range(cfg.n_layers)]
     return GPT2Weights(sd["wte.weight"], sd["wpe.weight"], layers, sd["ln_f.weight"], sd["ln_f.bias"])
 
@@ -201,7 +201,7 @@ _HF_KEYS = {"n_layer": "n_layers", "n_head": "n_heads", "n_embd": "d_model", "vo
             "n_positions": "max_seq_len", "n_inner": "d_ff"}  # fmt: skip
 
 
-def check_against_hf_config(config: ModelConfig, hf_config: Mapping[str, Any]) -> None:
+def check_against_hf_config(config: GPT2Config, hf_config: Mapping[str, Any]) -> None:
     """The sizes read off a state dict must be those its config.json states (a truncated or
     mismatched checkpoint is caught): ``n_layer``, ``n_head``, ``n_embd``, ``vocab_size``,
     ``n_positions`` and ``n_inner`` where present."""
@@ -228,7 +228,7 @@ def weights_from_state_dict(
     n_kv_heads: int | None = None,
     dtype=np.float32,
     hf_config: Mapping[str, Any] | None = None,
-) -> tuple[ModelConfig, GPT2Weights]:
+) -> tuple[GPT2Config, GPT2Weights]:
     """Check and convert a Hugging Face GPT-2 state dict; errors name the offending key.
 
     Refused: keys that are not strings, values that are not floating-point arrays or tensors
@@ -280,7 +280,7 @@ def weights_from_state_dict(
                 f"state_dict['h.0.attn.c_attn.weight']: expected [D, D + 2 Hkv K] with D = {d_model}, "
                 f"got {list(attn.shape)}"
             )
-    config = ModelConfig(
+    config = GPT2Config(
         vocab_size=int(wte.shape[0]),
         d_model=d_model,
         n_heads=n_heads,
@@ -328,13 +328,13 @@ def weights_from_state_dict(
 # ---------------------------------------------------------------- transformers' GPT-2
 
 
-def hf_gpt2_config(config: ModelConfig) -> Any:
-    """transformers' ``GPT2Config`` for a ``ModelConfig``: the same sizes, GELU (tanh), no dropout, no
+def hf_gpt2_config(config: GPT2Config) -> Any:
+    """transformers' ``GPT2Config`` for a ``GPT2Config``: the same sizes, GELU (tanh), no dropout, no
     special tokens (imports transformers)."""
     import transformers
 
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
+    if not isinstance(config, GPT2Config):
+        raise TypeError(f"config: expected a kvtutor.GPT2Config, got {type(config).__name__}")
     if config.n_kv_heads != config.n_heads:
         raise ValueError(
             f"config: expected plain multi-head attention for GPT-2, got n_kv_heads={config.n_kv_heads}"
@@ -351,9 +351,9 @@ def hf_gpt2_config(config: ModelConfig) -> Any:
 def build_hf_gpt2(source: Any, device: str = "cpu", dtype: Any = None) -> Any:
     """transformers' ``GPT2LMHeadModel`` (in eval mode), the one place kvtutor builds it.
 
-    ``source`` is either a ``ModelConfig``: the model gets transformers' own random initialisation
+    ``source`` is either a ``GPT2Config``: the model gets transformers' own random initialisation
     (seed ``torch`` first for a reproducible draw); or a model with ``.config`` and
-    ``.to_gpt2_state_dict()`` (``NumpyModel``, ``TorchModel``): the model holds its weights, built
+    ``.to_gpt2_state_dict()`` (``GPT2Model``, ``TorchGPT2Model``): the model holds its weights, built
     directly on ``device`` without a random initialisation (a 1.3B model is never materialised in
     host memory). ``dtype`` (a name or torch dtype) defaults to float32. Imports torch and transformers.
     """
@@ -363,12 +363,12 @@ def build_hf_gpt2(source: Any, device: str = "cpu", dtype: Any = None) -> Any:
     from ..validate import torch_dtype
 
     dt = torch.float32 if dtype is None else torch_dtype(dtype)
-    if isinstance(source, ModelConfig):
+    if isinstance(source, GPT2Config):
         hf = transformers.GPT2LMHeadModel(hf_gpt2_config(source))
         return hf.to(device=device, dtype=dt).eval()
     if not hasattr(source, "to_gpt2_state_dict"):
         kind = type(source).__name__
-        raise TypeError(f"source: expected a ModelConfig or a model with to_gpt2_state_dict(), got {kind}")
+        raise TypeError(f"source: expected a GPT2Config or a model with to_gpt2_state_dict(), got {kind}")
     hf_cfg = hf_gpt2_config(source.config)
     try:  # skip the random init: every weight is overwritten below
         from transformers.initialization import no_init_weights

@@ -1,13 +1,13 @@
 """A Llama-style NumPy reference model beside GPT-2: RMSNorm, SwiGLU, RoPE, GQA, an untied LM head.
 
-The steps mirror ``kvtutor.models.numpy_model`` and reuse its ``split_heads``, ``merge_heads`` and
+The steps mirror ``kvtutor.models.gpt2`` and reuse its ``split_heads``, ``merge_heads`` and
 ``attention_core`` (scores, causal mask, softmax, values, GQA). What changes is where positions
 enter: GPT-2 adds a learned row per position to the input; Llama adds nothing to the input and
 instead rotates each query and key by an angle proportional to its position (RoPE). The cache
 holds keys *after* rotation, so a new token's position must be the cache length: a token rotated
 for the wrong position lands among keys rotated for theirs, and every score it takes part in is off.
 
-``LlamaModel`` runs on the same caches as ``NumpyModel`` (``PreallocatedKVCache``,
+``LlamaModel`` runs on the same caches as ``GPT2Model`` (``PreallocatedKVCache``,
 ``ConcatKVCache``, ``PagedKVPool.for_model(model, ...)``) through the same protocol; only the
 forward pass differs. One letter joins the dimension key here: J = K/2, the pairs of dimensions
 that RoPE rotates together (dimension j with dimension j + K/2, Hugging Face's "rotate half"
@@ -26,9 +26,9 @@ import numpy as np
 from ..caches.kv import KVCache, start_position
 from ..text import fields_call
 from ..validate import check_float_dtype, check_int, check_scale, check_seed, check_token_id, check_token_ids
+from .gpt2 import NumpyDecoder, attention_core, lm_head, merge_heads, record, split_heads, store_kv
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
-from .numpy_model import NumpyDecoder, attention_core, lm_head, merge_heads, record, split_heads, store_kv
 
 __all__ = [
     "LlamaConfig",
@@ -411,7 +411,7 @@ def block(
 
 @dataclass
 class LlamaModel(NumpyDecoder):
-    """A Llama-style decoder in NumPy, float32 by default, on the same caches as ``NumpyModel``: its
+    """A Llama-style decoder in NumPy, float32 by default, on the same caches as ``GPT2Model``: its
     cache, ``prefill``, ``logits_without_cache`` and ``generate`` are ``NumpyDecoder``'s."""
 
     config: LlamaConfig

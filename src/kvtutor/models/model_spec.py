@@ -13,7 +13,7 @@ from fractions import Fraction
 
 from ..caches.quant import DEFAULT_GROUP_SIZE
 from ..validate import MAX_COUNT, check_at_most, check_int, dtype_info
-from .config import ModelConfig
+from .config import GPT2Config
 
 __all__ = ["ModelSpec", "KVQuant", "KEY_SCALES"]
 
@@ -330,8 +330,8 @@ class ModelSpec:
         idle = self.n_moe_layers * (self.n_experts - self.n_experts_per_token) * self.expert_params
         return self.n_params - idle
 
-    def to_model_config(self, max_seq_len: int | None = None, vocab_size: int | None = None) -> ModelConfig:
-        """A ``ModelConfig`` with the same attention shapes (so the same KV cache layout).
+    def to_model_config(self, max_seq_len: int | None = None, vocab_size: int | None = None) -> GPT2Config:
+        """A ``GPT2Config`` with the same attention shapes (so the same KV cache layout).
 
         For a GPT-2 config this is the model itself. For a gated (Llama-style) model the NumPy
         model built from it is GPT-2-style: its cache has the same shape per token, its weights
@@ -339,15 +339,14 @@ class ModelSpec:
         """
         if self.kv_lora_rank:
             raise ValueError(
-                f"spec: ModelConfig has no latent attention "
-                f"(kv_lora_rank={self.kv_lora_rank}) for {self.name}"
+                f"spec: GPT2Config has no latent attention (kv_lora_rank={self.kv_lora_rank}) for {self.name}"
             )
         if self.n_heads * self.d_head != self.d_model:
             raise ValueError(
-                f"spec: ModelConfig needs n_heads * d_head == d_model, got {self.n_heads} * "
+                f"spec: GPT2Config needs n_heads * d_head == d_model, got {self.n_heads} * "
                 f"{self.d_head} != {self.d_model} for {self.name}"
             )
-        return ModelConfig(
+        return GPT2Config(
             vocab_size=self.vocab_size if vocab_size is None else vocab_size,
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -358,8 +357,8 @@ class ModelSpec:
         )
 
     @classmethod
-    def from_model_config(cls, config: ModelConfig, name: str = "kvtutor") -> ModelSpec:
-        """The spec of a kvtutor ``ModelConfig`` (a GPT-2-style model, tied embeddings)."""
+    def from_model_config(cls, config: GPT2Config, name: str = "kvtutor") -> ModelSpec:
+        """The spec of a kvtutor ``GPT2Config`` (a GPT-2-style model, tied embeddings)."""
         return cls(
             name=name, model_type="gpt2", arch="gpt2", n_layers=config.n_layers, d_model=config.d_model,
             n_heads=config.n_heads, n_kv_heads=config.n_kv_heads, d_head=config.d_head, d_ff=config.d_ff,

@@ -20,8 +20,8 @@ static buffers at each replay, and our weights and cache are plain tensors.) On 
 Nothing global is changed; building a step writes nothing.
 
 Both models use it, GPT-2 and Llama: it reads only what ``DecodingModel`` names. Checked against
-the step functions in ``tests/test_torch_model.py`` and ``tests/test_torch_dtypes.py``. Also here:
-``WeightArena`` (every CPU weight of a ``TorchModel`` in one buffer on 2 MiB pages) and the
+the step functions in ``tests/test_torch_gpt2.py`` and ``tests/test_torch_dtypes.py``. Also here:
+``WeightArena`` (every CPU weight of a ``TorchGPT2Model`` in one buffer on 2 MiB pages) and the
 argument checks the passes share (``token_ids``, ``check_batch``).
 """
 
@@ -145,7 +145,7 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 class WeightArena:
     """Tensors carved one after another out of one host buffer (``host_empty``: on 2 MiB pages where
-    the OS allows), each on its own cache line: every CPU weight of a ``TorchModel`` lives in one."""
+    the OS allows), each on its own cache line: every CPU weight of a ``TorchGPT2Model`` lives in one."""
 
     def __init__(self, numel: int, dtype: torch.dtype, n_tensors: int = 0) -> None:
         """Room for ``numel`` elements in ``n_tensors`` tensors, each padded to its cache line."""

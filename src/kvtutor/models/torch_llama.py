@@ -1,6 +1,6 @@
 """The PyTorch Llama-style model: the same decoder as ``kvtutor.models.llama``, batched [B, T].
 
-``TorchLlamaModel`` is to ``LlamaModel`` what ``TorchModel`` is to ``NumpyModel``: the same steps,
+``TorchLlamaModel`` is to ``LlamaModel`` what ``TorchGPT2Model`` is to ``GPT2Model``: the same steps,
 a batch dimension in front, on the torch caches of ``kvtutor.caches.torch_kv`` (preallocated or
 concat, a length per row) through their public protocol (``plan``, ``update``, ``advance``). Where a
 step is the same as GPT-2's it is ``kvtutor.models.torch_mirror``'s (``as_rows``, ``linear``,
@@ -32,6 +32,7 @@ from ..caches.torch_kv import Plan, TorchKVCache
 from ..text import TEXT_WIDTH, fields_call, wrap_call
 from . import llama
 from .llama import LlamaConfig, LlamaModel, LlamaWeights
+from .torch_gpt2 import TorchDecoder
 from .torch_mirror import (
     OutInViews,
     as_rows,
@@ -43,7 +44,6 @@ from .torch_mirror import (
     project_heads,
     resolve_device_dtype,
 )
-from .torch_model import TorchDecoder
 
 __all__ = [
     "embed_tokens",

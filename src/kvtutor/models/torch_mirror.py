@@ -1,10 +1,10 @@
-"""The steps of the PyTorch model, batched [B, T]: the twins of ``kvtutor.models.numpy_model``'s functions.
+"""The steps of the PyTorch model, batched [B, T]: the twins of ``kvtutor.models.gpt2``'s functions.
 
 Every step keeps the NumPy name and argument order, with a batch dimension in front (``x_BTD``
 instead of ``x_TD``, heads in the second place: ``q_BHTK``). What differs is how the work is laid
 out for speed: Q, K and V come from one fused matrix (one matmul; ``w_q``, ``w_k``, ``w_v`` stay
 as views of it), every weight is stored for ``F.linear`` or BLAS to read fast (see
-``TorchModel.row_major``), attention goes through ``F.scaled_dot_product_attention``, and the
+``TorchGPT2Model.row_major``), attention goes through ``F.scaled_dot_product_attention``, and the
 cache is written in place (``kvtutor.caches.torch_kv``).
 
 Masks: a single query row (decode) needs none; a prompt on an empty cache (T = S) uses
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ..caches.torch_kv import Plan, TorchKVCache, causal_mask, host_empty, ragged_causal_mask
 from ..validate import torch_compute_dtype, torch_device
-from .config import ModelConfig
+from .config import GPT2Config
 
 __all__ = [
     "embed",
@@ -135,7 +135,7 @@ def sdpa(
     """[B,H,T,K], [B,Hkv,S,K], [B,Hkv,S,K] -> [B,H,T,K]: scores, mask, softmax and attend in one fused kernel.
 
     Equals NumPy's ``attend(attention_weights(attention_scores(q, repeat_kv(k)), K, mask), repeat_kv(v))``
-    (``numpy_model``'s step functions; ``tests/test_torch_model.py`` checks it).
+    (``gpt2``'s step functions; ``tests/test_torch_gpt2.py`` checks it).
     """
     if group_size == 1:
         return F.scaled_dot_product_attention(q_BHTK, k_BHSK, v_BHSK, attn_mask=mask, is_causal=is_causal)
@@ -171,7 +171,7 @@ def ffn(x_BTD: torch.Tensor, layer: TorchLayerWeights) -> torch.Tensor:
 def attention(
     x_BTD: torch.Tensor,
     layer: TorchLayerWeights,
-    config: ModelConfig,
+    config: GPT2Config,
     cache: TorchKVCache | None = None,
     layer_index: int = 0,
     plan: Plan | None = None,
@@ -198,7 +198,7 @@ def attention_core(
 ) -> torch.Tensor:
     """[B,H,T,K], new [B,Hkv,T,K] keys and values -> [B,H,T,K]: store the new keys and values where
     ``plan`` says (with a cache) and attend to every key each query may see; without a cache, to the
-    T new ones under the plain causal mask. GPT-2 and Llama share it (``numpy_model.attention_core``'s
+    T new ones under the plain causal mask. GPT-2 and Llama share it (``gpt2.attention_core``'s
     twin, with the cache write folded in)."""
     if cache is None:
         k_BHSK, v_BHSK, mask, is_causal = k_new_BHTK, v_new_BHTK, None, q_BHTK.shape[2] > 1
@@ -211,7 +211,7 @@ def attention_core(
 def block(
     x_BTD: torch.Tensor,
     layer: TorchLayerWeights,
-    config: ModelConfig,
+    config: GPT2Config,
     cache: TorchKVCache | None = None,
     layer_index: int = 0,
     plan: Plan | None = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import TOY_CONFIG
-from .numpy_model import NumpyModel
+from .gpt2 import GPT2Model
 from .tokenizer import ToyTokenizer
 
 TOY_PROMPT = "The cat sat"
@@ -60,7 +60,7 @@ def load_toy_tokenizer() -> ToyTokenizer:
     return ToyTokenizer(toy_vocab())
 
 
-def load_toy_model() -> NumpyModel:
+def load_toy_model() -> GPT2Model:
     """The trained toy model (TOY_CONFIG sizes) from the weights shipped with
     the package.
 
@@ -69,4 +69,4 @@ def load_toy_model() -> NumpyModel:
     with np.load(toy_weights_path(), allow_pickle=False) as data:
         state_dict = {k: data[k] for k in data.files if k != "meta"}
         meta = json.loads(str(data["meta"]))
-    return NumpyModel.from_gpt2_state_dict(state_dict, n_heads=meta["n_heads"])
+    return GPT2Model.from_gpt2_state_dict(state_dict, n_heads=meta["n_heads"])

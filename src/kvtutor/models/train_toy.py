@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from .config import TOY_CONFIG
+from .gpt2 import GPT2Model
 from .gpt2_weights import build_hf_gpt2
-from .numpy_model import NumpyModel
 from .toy import TOY_CORPUS, load_toy_tokenizer, toy_weights_path
 
 
-def train_toy(steps: int = 3000, seed: int = 0, out: Path | None = None) -> NumpyModel:
+def train_toy(steps: int = 3000, seed: int = 0, out: Path | None = None) -> GPT2Model:
     """Train the toy model on TOY_CORPUS with transformers' GPT-2 and save the weights (npz)."""
     import torch
 
@@ -42,7 +42,7 @@ def train_toy(steps: int = 3000, seed: int = 0, out: Path | None = None) -> Nump
         opt.step()
         sched.step()
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    result = NumpyModel.from_gpt2_state_dict(sd, n_heads=cfg.n_heads)
+    result = GPT2Model.from_gpt2_state_dict(sd, n_heads=cfg.n_heads)
     arrays = {k.removeprefix("transformer."): v for k, v in result.to_gpt2_state_dict().items()}
     arrays.pop("lm_head.weight")
     meta = json.dumps({"n_heads": cfg.n_heads, "steps": steps, "seed": seed, "loss": loss.item()})

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..book.wrong import top_left_causal_mask
-from ..models.numpy_model import causal_mask
+from ..models.gpt2 import causal_mask
 from .style import (
     BLUE,
     DECODE_COLOR,

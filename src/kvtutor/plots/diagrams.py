@@ -2,7 +2,7 @@
 transformer block with the place of the KV cache in it.
 
 SVG written here rather than a matplotlib figure: the browser draws the labels in the page's own
-fonts, so the Chinese edition needs no CJK font. The shapes come from a ``ModelConfig``; the words
+fonts, so the Chinese edition needs no CJK font. The shapes come from a ``GPT2Config``; the words
 from a table of labels per edition, ``EN_LABELS`` (the default) and ``ZH_LABELS``, whose ``{T}``-
 style fields are filled from the config. In a label, ``_`` and ``^`` set the letters and digits
 after them as a subscript or superscript (``d_h``, ``H_kv``, ``QK^T``), and a newline breaks the
@@ -23,7 +23,7 @@ from ..book.editions import EDITION_CSS, both_editions
 from .style import BLUE, DARK, DECODE_COLOR, EMPTY_COLOR, GREEN, PROMPT_COLOR, PURPLE
 
 if TYPE_CHECKING:
-    from ..models.config import ModelConfig
+    from ..models.config import GPT2Config
 
 __all__ = [
     "EN_LABELS",
@@ -272,7 +272,7 @@ def _svg(height: float, body: list[str], title: str) -> str:
 # ---------------------------------------------------------------- arguments
 
 
-def _config(config: ModelConfig | None) -> ModelConfig:
+def _config(config: GPT2Config | None) -> GPT2Config:
     if config is None:
         from ..models.config import TOY_CONFIG
 
@@ -280,7 +280,7 @@ def _config(config: ModelConfig | None) -> ModelConfig:
     needed = ("d_model", "n_heads", "n_kv_heads", "d_head", "n_layers", "max_seq_len", "d_ff")
     missing = [name for name in needed if not isinstance(getattr(config, name, None), int)]
     if missing:
-        raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__} without {missing}")
+        raise TypeError(f"config: expected a GPT2Config, got {type(config).__name__} without {missing}")
     return config
 
 
@@ -325,7 +325,7 @@ def _shape(*dims: int | str) -> str:
 
 
 def loop_svg(
-    config: ModelConfig | None = None,
+    config: GPT2Config | None = None,
     *,
     labels: Mapping[str, str] | None = None,
     prompt_len: int = 3,
@@ -420,7 +420,7 @@ def loop_svg(
 
 
 def block_svg(
-    config: ModelConfig | None = None,
+    config: GPT2Config | None = None,
     *,
     labels: Mapping[str, str] | None = None,
     prompt_len: int = 3,
@@ -557,7 +557,7 @@ class Diagram:
 
 
 def loop_diagram(
-    config: ModelConfig | None = None,
+    config: GPT2Config | None = None,
     *,
     prompt_len: int = 3,
     decode_steps: int = 3,
@@ -575,7 +575,7 @@ def loop_diagram(
     return Diagram(loop_svg(cfg, **kw), loop_svg(cfg, labels=ZH_LABELS, **kw), text)
 
 
-def block_diagram(config: ModelConfig | None = None, *, prompt_len: int = 3) -> Diagram:
+def block_diagram(config: GPT2Config | None = None, *, prompt_len: int = 3) -> Diagram:
     """``block_svg`` in English and Chinese, with a one-line description of what it shows."""
     cfg = _config(config)
     d, h, kv, k = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head

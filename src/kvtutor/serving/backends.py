@@ -2,12 +2,12 @@
 
 Both models make caches the same way (``new_cache(batch_size=1, capacity=None,
 kind="preallocated")``), check them the same way (``check_cache(cache)``) and roll them back the
-same way (``cache.truncate(length)``). What remains different is the batch: a ``NumpyModel`` runs
-one sequence per cache, token ids [T] -> NumPy logits [T,V]; a ``TorchModel`` runs a batch in one
+same way (``cache.truncate(length)``). What remains different is the batch: a ``GPT2Model`` runs
+one sequence per cache, token ids [T] -> NumPy logits [T,V]; a ``TorchGPT2Model`` runs a batch in one
 cache with a length per row, [B,T] -> tensor logits [B,T,V] on its device. The code for that
 difference lives here, once, for ``kvtutor.serving.loop`` (the batch slots of continuous batching) and
 ``kvtutor.serving.speculative`` (one sequence at a time), with the one-sequence chunked prefill that both
-models share (``prefill_in_chunks``). None of it imports torch unless a TorchModel is given.
+models share (``prefill_in_chunks``). None of it imports torch unless a TorchGPT2Model is given.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..caches.kv import KVCache
-from ..models.numpy_model import NumpyDecoder
+from ..models.gpt2 import NumpyDecoder
 from ..validate import check_int, check_token_ids
 
 __all__ = [
@@ -37,20 +37,20 @@ __all__ = [
 
 
 def is_torch_model(model: Any) -> bool:
-    """Is ``model`` a torch model (a ``TorchDecoder``: ``TorchModel``, ``TorchLlamaModel``)? Never
-    imports torch: unless ``kvtutor.models.torch_model`` has been imported, no torch model can exist."""
-    cls = getattr(sys.modules.get("kvtutor.models.torch_model"), "TorchDecoder", None)
+    """Is ``model`` a torch model (a ``TorchDecoder``: ``TorchGPT2Model``, ``TorchLlamaModel``)? Never
+    imports torch: unless ``kvtutor.models.torch_gpt2`` has been imported, no torch model can exist."""
+    cls = getattr(sys.modules.get("kvtutor.models.torch_gpt2"), "TorchDecoder", None)
     return cls is not None and isinstance(model, cls)
 
 
 def check_model(model: Any, name: str) -> Any:
     """``model.config`` if ``model`` is a kvtutor model of either family and either backend
-    (``NumpyModel``, ``LlamaModel``, ``TorchModel``, ``TorchLlamaModel``), else a TypeError
+    (``GPT2Model``, ``LlamaModel``, ``TorchGPT2Model``, ``TorchLlamaModel``), else a TypeError
     naming ``name``."""
     if not isinstance(model, NumpyDecoder) and not is_torch_model(model):
         raise TypeError(
             f"{name}: expected a kvtutor model, got {type(model).__name__} "
-            "(models: NumpyModel, LlamaModel, TorchModel, TorchLlamaModel)"
+            "(models: GPT2Model, LlamaModel, TorchGPT2Model, TorchLlamaModel)"
         )
     return model.config
 
@@ -60,9 +60,9 @@ def check_model(model: Any, name: str) -> Any:
 
 def forward_one(model: Any, ids: Sequence[int], cache: Any) -> np.ndarray:
     """[T] -> [T,V] float64 NumPy: T new tokens of one sequence at positions len(cache) ..
-    len(cache)+T-1, on a ``NumpyModel`` or on a ``TorchModel`` with a cache of batch size 1.
+    len(cache)+T-1, on a ``GPT2Model`` or on a ``TorchGPT2Model`` with a cache of batch size 1.
 
-    A ``TorchModel`` takes a batch [1,T] and returns a tensor [1,T,V] on its device; speculative
+    A ``TorchGPT2Model`` takes a batch [1,T] and returns a tensor [1,T,V] on its device; speculative
     decoding compares probabilities in float64 on the host, so its row 0 comes back as NumPy.
     """
     if not is_torch_model(model):
@@ -134,7 +134,7 @@ def check_empty_cache(model: Any, cache: Any, name: str = "cache") -> None:
 
 
 class LoopedSlots:
-    """Batch slots for a ``NumpyModel``, which runs one sequence per cache: one cache per slot, and a
+    """Batch slots for a ``GPT2Model``, which runs one sequence per cache: one cache per slot, and a
     "batched" decode step is a loop over the slots (the same tokens, no speed-up)."""
 
     def __init__(self, model: NumpyDecoder, n_slots: int, capacity: int) -> None:
@@ -160,7 +160,7 @@ class LoopedSlots:
 
 
 class BatchedSlots:
-    """Batch slots for a ``TorchModel``: one cache [L, B, Hkv, M, K] with a length per row, and one
+    """Batch slots for a ``TorchGPT2Model``: one cache [L, B, Hkv, M, K] with a length per row, and one
     batched decode step for the listed rows (the other rows are marked inactive)."""
 
     def __init__(self, model: Any, n_slots: int, capacity: int) -> None:
@@ -200,15 +200,15 @@ def forward_row(model: Any, ids_T: Any, cache: Any, row: int) -> Any:
     """[T] -> [T,V] tensor: ``model.forward_row`` (T new tokens continuing one row of a torch
     model's batched cache), after checking that ``model`` is a torch model."""
     if not is_torch_model(model):
-        raise TypeError(f"model: expected a TorchModel, got {type(model).__name__}")
+        raise TypeError(f"model: expected a TorchGPT2Model, got {type(model).__name__}")
     return model.forward_row(ids_T, cache, row)
 
 
 def batch_slots(model: Any, n_slots: int, capacity: int) -> LoopedSlots | BatchedSlots:
     """``n_slots`` request slots of up to ``capacity`` positions each, as ``run_serving`` uses them:
     ``prefill(slot, ids, start=0) -> token`` (a whole prompt, or a chunk at ``start``) and
-    ``decode(slots, tokens) -> tokens``, greedy. A ``NumpyModel`` gets ``LoopedSlots`` (one cache
-    per slot), a ``TorchModel`` ``BatchedSlots``."""
+    ``decode(slots, tokens) -> tokens``, greedy. A ``GPT2Model`` gets ``LoopedSlots`` (one cache
+    per slot), a ``TorchGPT2Model`` ``BatchedSlots``."""
     if is_torch_model(model):
         return BatchedSlots(model, n_slots, capacity)
     return LoopedSlots(model, n_slots, capacity)

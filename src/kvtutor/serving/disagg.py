@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..measure import costs
-from ..models.config import ModelConfig
+from ..models.config import GPT2Config
 from ..validate import check_int
 
 __all__ = [
@@ -55,10 +55,10 @@ __all__ = [
 ]  # fmt: skip
 
 #: Llama-2-7B's sizes (32 layers, D = 4096, 32 heads of 128, no GQA, 32000 words, 4096 positions)
-#: in kvtutor's GPT-2-style ModelConfig. Llama's gated MLP has three [4096, 11008] matrices; two
+#: in kvtutor's GPT-2-style GPT2Config. Llama's gated MLP has three [4096, 11008] matrices; two
 #: matrices of d_ff = 3 x 11008 / 2 = 16512 hold as many weights and cost as many FLOPs, so the cost
 #: model sees about Llama's 6.7 billion parameters and its KV cache (512 KiB a token in bf16).
-LLAMA_7B_LIKE = ModelConfig(
+LLAMA_7B_LIKE = GPT2Config(
     vocab_size=32000, d_model=4096, n_heads=32, n_layers=32, max_seq_len=4096, d_ff=16512
 )
 DEPLOYMENTS = ("colocated", "chunked", "disaggregated")
@@ -127,7 +127,7 @@ def make_trace(
     return [Request(float(a), int(p), int(o)) for a, p, o in zip(arrival_N, prompt_N, out_N, strict=True)]
 
 
-def check_requests(requests: Any, config: ModelConfig) -> list[Request]:
+def check_requests(requests: Any, config: GPT2Config) -> list[Request]:
     """A non-empty list of Request or of (arrival_s, prompt_len, output_len) triples -> Requests that
     fit ``config.max_seq_len`` (prompt_len + output_len - 1 positions: the last token is not fed back)."""
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
@@ -160,7 +160,7 @@ class StepModel:
     many requests share it. The defaults are LLAMA_7B_LIKE in bf16 on the H100 SXM datasheet.
     """
 
-    config: ModelConfig = LLAMA_7B_LIKE
+    config: GPT2Config = LLAMA_7B_LIKE
     peak_flops: float = _H100["bf16_flops"]
     bandwidth: float = _H100["bandwidth"]
     dtype: str = "bf16"
@@ -168,8 +168,8 @@ class StepModel:
     _chunks: dict = field(init=False, repr=False, compare=False, default_factory=dict)  # FLOPs, bytes
 
     def __post_init__(self) -> None:
-        if not isinstance(self.config, ModelConfig):
-            raise TypeError(f"config: expected a ModelConfig, got {type(self.config).__name__}")
+        if not isinstance(self.config, GPT2Config):
+            raise TypeError(f"config: expected a GPT2Config, got {type(self.config).__name__}")
         _check_real("peak_flops", self.peak_flops, positive=True)
         _check_real("bandwidth", self.bandwidth, positive=True)
         # A decode step is affine in its batch B and the sum S of its contexts: per sequence the

@@ -12,8 +12,8 @@ tokens, with their percentiles; ``batch_size_sweep`` runs the same requests at s
 (the latency-throughput trade-off). The other answer to "one query row": speculative decoding, in
 ``kvtutor.serving.speculative``.
 
-Both models serve. A ``NumpyModel`` runs one sequence per cache, so each request keeps its own
-cache and the "batched" step is a loop over requests (same tokens, no speed-up); a ``TorchModel``
+Both models serve. A ``GPT2Model`` runs one sequence per cache, so each request keeps its own
+cache and the "batched" step is a loop over requests (same tokens, no speed-up); a ``TorchGPT2Model``
 runs one batched step over a ragged cache, one length per row (``kvtutor.serving.backends.batch_slots``).
 """
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models.config import ModelConfig
+from ..models.config import GPT2Config
 from ..validate import check_int, check_token_ids, positions_needed
 
 __all__ = [
@@ -178,7 +178,7 @@ class ServingTrace:
         ]  # fmt: skip
 
 
-def check_requests(requests: Any, config: ModelConfig) -> list[RequestRecord]:
+def check_requests(requests: Any, config: GPT2Config) -> list[RequestRecord]:
     """requests -> one fresh RequestRecord each, or a TypeError/ValueError naming the request."""
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
         raise TypeError(f"requests: expected a list of (arrival_step, prompt_ids, max_new_tokens), got "

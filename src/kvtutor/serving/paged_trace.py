@@ -215,7 +215,7 @@ def simulate_trace(
     requests' blocks stay cached until a new block is needed and the free list is empty, and
     they are evicted least recently used first, before any request is preempted.
 
-    With ``model`` (a NumpyModel) the replay is real: every request gets its ``prompt_ids`` (or
+    With ``model`` (a GPT2Model) the replay is real: every request gets its ``prompt_ids`` (or
     random ones), a ``PagedKVCache`` (a ``PrefixCachedSequence`` with prefix caching, a
     ``PreallocatedKVCache`` for ``"contiguous"``) and greedy decoding, and reserved and used
     positions are read off the caches and the pool.

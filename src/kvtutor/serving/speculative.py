@@ -10,7 +10,7 @@ lookup (``PromptLookupDraft``), which needs no model, and ``CoinDraft``, which p
 cost but agrees with the target at a rate set in advance (to time the theory on random weights).
 ``expected_tokens_per_step`` and ``expected_speedup`` are the theory (Leviathan et al. 2023).
 
-It works with ``NumpyModel`` and ``TorchModel`` alike, one sequence at a time: both make the
+It works with ``GPT2Model`` and ``TorchGPT2Model`` alike, one sequence at a time: both make the
 cache with ``new_cache()`` and roll it back with ``truncate``; the one step where they differ
 (the torch model takes and returns a batch) is ``kvtutor.serving.backends.forward_one``.
 """
@@ -25,8 +25,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..models.config import ModelConfig
-from ..models.numpy_model import NumpyDecoder, softmax
+from ..models.config import GPT2Config
+from ..models.gpt2 import NumpyDecoder, softmax
 from ..validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
 from .backends import check_empty_cache, check_model, forward_one, is_torch_model
 
@@ -360,7 +360,7 @@ def _check_proposal(proposal: Any, k_round: int, vocab_size: int) -> tuple[list[
     return tokens, q[: len(tokens)]
 
 
-def _as_draft(draft: Any, target_cfg: ModelConfig) -> Draft:
+def _as_draft(draft: Any, target_cfg: GPT2Config) -> Draft:
     if isinstance(draft, NumpyDecoder) or is_torch_model(draft):
         if draft.config.vocab_size != target_cfg.vocab_size:
             raise ValueError(
@@ -495,7 +495,7 @@ def speculative_generate(
     """prompt [T] -> the new token ids, the draft guessing k at a time and the target verifying.
 
     Greedy (temperature 0): exactly the target's own greedy tokens. With temperature > 0 the
-    tokens are distributed exactly as the target's samples. ``draft`` is a model (NumpyModel or
-    TorchModel, e.g. ``layer_cut_draft(target, 1)``) or a ``Draft`` such as ``PromptLookupDraft()``.
+    tokens are distributed exactly as the target's samples. ``draft`` is a model (GPT2Model or
+    TorchGPT2Model, e.g. ``layer_cut_draft(target, 1)``) or a ``Draft`` such as ``PromptLookupDraft()``.
     """
     return speculative_run(target, draft, prompt_ids, max_new_tokens, k, temperature, seed, cache).tokens

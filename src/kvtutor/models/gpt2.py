@@ -1,7 +1,7 @@
 """The NumPy reference model: GPT-2, one small function per step of the walkthrough.
 
 Every function carries its shapes in the first line of its docstring; the dimension key is in
-``kvtutor.__doc__``. ``NumpyModel`` strings the steps together into ``prefill`` (all prompt
+``kvtutor.__doc__``. ``GPT2Model`` strings the steps together into ``prefill`` (all prompt
 tokens at once) and ``decode_step`` (one token against the cache).
 """
 
@@ -24,7 +24,7 @@ from ..caches.kv import (
     start_position,
 )
 from ..validate import check_int, check_max_new_tokens, check_temperature, check_token_id, check_token_ids
-from .config import ModelConfig
+from .config import GPT2Config
 from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
 
 __all__ = [
@@ -50,7 +50,7 @@ __all__ = [
     "lm_head",
     "sample",
     "NumpyDecoder",
-    "NumpyModel",
+    "GPT2Model",
 ]
 
 
@@ -278,7 +278,7 @@ def record(trace: dict[str, np.ndarray] | None, **arrays: np.ndarray) -> None:
 def attention(
     x_TD: np.ndarray,
     layer: LayerWeights,
-    config: ModelConfig,
+    config: GPT2Config,
     cache: KVCache | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
@@ -308,7 +308,7 @@ def attention(
 def block(
     x_TD: np.ndarray,
     layer: LayerWeights,
-    config: ModelConfig,
+    config: GPT2Config,
     cache: KVCache | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
@@ -370,7 +370,7 @@ def sample(
 
 
 class NumpyDecoder:
-    """What every NumPy model of kvtutor shares (GPT-2's ``NumpyModel``, ``llama.LlamaModel``): the
+    """What every NumPy model of kvtutor shares (GPT-2's ``GPT2Model``, ``llama.LlamaModel``): the
     cache (``new_cache``, ``check_cache``) and the passes built on ``forward`` and ``decode_step``
     (``prefill``, ``logits_without_cache``, ``generate``). A model supplies ``config`` (with
     ``vocab_size``, ``n_layers``, ``n_kv_heads``, ``d_head``, ``max_seq_len``), ``weights`` (with
@@ -384,7 +384,7 @@ class NumpyDecoder:
     ) -> KVCache:
         """An empty cache for one sequence of up to ``capacity`` positions (default max_seq_len):
         ``"preallocated"`` ([H, M, K] buffers) or ``"concat"`` (grows). The same signature and kind
-        names as ``TorchModel.new_cache``; a NumPy model runs one sequence, so ``batch_size`` is 1."""
+        names as ``TorchGPT2Model.new_cache``; a NumPy model runs one sequence, so ``batch_size`` is 1."""
         cfg = self.config
         kinds = {"preallocated": PreallocatedKVCache, "concat": ConcatKVCache}
         return make_cache(
@@ -462,15 +462,15 @@ class NumpyDecoder:
 
 
 @dataclass
-class NumpyModel(NumpyDecoder):
+class GPT2Model(NumpyDecoder):
     """GPT-2 in NumPy, float32 by default: the model the book walks through."""
 
-    config: ModelConfig
+    config: GPT2Config
     weights: GPT2Weights
 
     # ------------------------------------------------------------ construction
     @classmethod
-    def random(cls, config: ModelConfig, seed: int = 0, dtype=np.float32) -> NumpyModel:
+    def random(cls, config: GPT2Config, seed: int = 0, dtype=np.float32) -> GPT2Model:
         """Random weights drawn as GPT-2 initialises them (normal, std 0.02)."""
         return cls(config, random_weights(config, seed, dtype))
 
@@ -482,7 +482,7 @@ class NumpyModel(NumpyDecoder):
         n_kv_heads: int | None = None,
         dtype=np.float32,
         hf_config: Mapping[str, Any] | None = None,
-    ) -> NumpyModel:
+    ) -> GPT2Model:
         """A Hugging Face GPT-2 ``state_dict`` (numpy arrays or torch tensors, with or without the
         ``transformer.`` prefix) -> model; sizes are read off the shapes. Bad weights (non-finite,
         not floating point, gaps in the layers, ...) are refused; with ``hf_config`` (config.json

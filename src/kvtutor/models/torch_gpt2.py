@@ -1,11 +1,11 @@
-"""The PyTorch model: the same GPT-2 as ``numpy_model``, batched [B, T], written for timing.
+"""The PyTorch model: the same GPT-2 as ``gpt2``, batched [B, T], written for timing.
 
 ``TorchDecoder`` is what every torch model shares: the checked passes (``forward``, ``prefill``,
 ``prefill_row``, ``decode_step``, ``logits_without_cache``, ``generate``), the caches, and the one
 fast decode path of each device (on a CPU the model's own step functions; on CUDA the same pass
 over a fixed plan, replayed from CUDA graphs: ``compile_decode`` in ``kvtutor.models.torch_engine``).
-``TorchModel`` builds GPT-2's weights (fused, laid out for the device; on the CPU in one arena on
-2 MiB pages) and supplies its pass (``run_pass``): the batched mirrors of ``numpy_model``'s step
+``TorchGPT2Model`` builds GPT-2's weights (fused, laid out for the device; on the CPU in one arena on
+2 MiB pages) and supplies its pass (``run_pass``): the batched mirrors of ``gpt2``'s step
 functions, in ``kvtutor.models.torch_mirror``. The caches are in ``kvtutor.caches.torch_kv``; a
 NumPy cache of one sequence (window, int8, paged, prefix-cached) runs as a batch of one through
 ``kvtutor.caches.torch_bridge``.
@@ -26,7 +26,7 @@ from ..caches.torch_bridge import SequenceCache
 from ..caches.torch_kv import Plan, TorchConcatKVCache, TorchKVCache, TorchPreallocatedKVCache, check_active
 from ..text import TEXT_WIDTH, wrap_call
 from ..validate import check_int, check_max_new_tokens, check_seed
-from .config import ModelConfig
+from .config import GPT2Config
 from .gpt2_weights import GPT2Weights, LayerWeights, gpt2_state_dict, random_weights, weights_from_state_dict
 from .torch_engine import WeightArena, bucket_for, check_batch, compile_decode, token_ids
 from .torch_mirror import (
@@ -40,7 +40,7 @@ from .torch_mirror import (
     resolve_device_dtype,
 )
 
-__all__ = ["TorchDecoder", "TorchModel"]
+__all__ = ["TorchDecoder", "TorchGPT2Model"]
 
 _VOCAB_MULTIPLE = {"cuda": 64}  # LM head rows padded to a multiple of this, per device type
 _CACHE_CLASSES = {"preallocated": TorchPreallocatedKVCache, "concat": TorchConcatKVCache}
@@ -48,7 +48,7 @@ assert tuple(_CACHE_CLASSES) == CACHE_KINDS  # the same kind names as the NumPy 
 
 
 class TorchDecoder:
-    """What every torch model of kvtutor shares (GPT-2's ``TorchModel``, ``TorchLlamaModel``): the
+    """What every torch model of kvtutor shares (GPT-2's ``TorchGPT2Model``, ``TorchLlamaModel``): the
     cache (``new_cache``, ``check_cache``), the checked passes (``forward``, ``prefill``,
     ``forward_row``, ``prefill_row``, ``decode_step``, ``logits_without_cache``, ``generate``), the
     fast decode path (``compile_decode``) and the weight counts. A model supplies ``config``,
@@ -320,7 +320,7 @@ class TorchDecoder:
         return self.forward(ids_BT, None)
 
 
-class TorchModel(TorchDecoder):
+class TorchGPT2Model(TorchDecoder):
     """GPT-2 in PyTorch, batched, for timing: CUDA (bf16) when present, else the CPU (float32).
 
     Build it with ``random``, ``from_numpy`` or ``from_gpt2_state_dict``; ``.config``, ``.device``,
@@ -330,11 +330,11 @@ class TorchModel(TorchDecoder):
 
     On the CPU all weights live in one buffer on 2 MiB pages where the OS allows (fewer TLB misses
     while decode streams them). Every pass, decode steps included, goes through the step functions
-    of ``torch_mirror``, which mirror ``numpy_model``.
+    of ``torch_mirror``, which mirror ``gpt2``.
     """
 
     def __init__(
-        self, config: ModelConfig, weights: GPT2Weights, device: Any = None, dtype: torch.dtype | None = None
+        self, config: GPT2Config, weights: GPT2Weights, device: Any = None, dtype: torch.dtype | None = None
     ) -> None:
         self.config = config
         self.device, self.dtype = resolve_device_dtype(device, dtype)
@@ -411,22 +411,22 @@ class TorchModel(TorchDecoder):
     # ------------------------------------------------------------ construction
     @classmethod
     def random(
-        cls, config: ModelConfig, seed: int = 0, device: Any = None, dtype: torch.dtype | None = None
-    ) -> TorchModel:
-        """Random weights, the same draw as ``NumpyModel.random(config, seed)``."""
-        if not isinstance(config, ModelConfig):
-            raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
+        cls, config: GPT2Config, seed: int = 0, device: Any = None, dtype: torch.dtype | None = None
+    ) -> TorchGPT2Model:
+        """Random weights, the same draw as ``GPT2Model.random(config, seed)``."""
+        if not isinstance(config, GPT2Config):
+            raise TypeError(f"config: expected a kvtutor.GPT2Config, got {type(config).__name__}")
         device, dtype = resolve_device_dtype(device, dtype)  # fail before drawing
         return cls(config, random_weights(config, seed), device, dtype)
 
     @classmethod
     def random_on_device(
-        cls, config: ModelConfig, seed: int = 0, device: Any = None, dtype: torch.dtype | None = None
-    ) -> TorchModel:
+        cls, config: GPT2Config, seed: int = 0, device: Any = None, dtype: torch.dtype | None = None
+    ) -> TorchGPT2Model:
         """Random weights drawn by torch on ``device`` (the same distributions as ``random``, not the
         same numbers): for shapes too large to draw in NumPy on the host (a 6.7B model in seconds)."""
-        if not isinstance(config, ModelConfig):
-            raise TypeError(f"config: expected a kvtutor.ModelConfig, got {type(config).__name__}")
+        if not isinstance(config, GPT2Config):
+            raise TypeError(f"config: expected a kvtutor.GPT2Config, got {type(config).__name__}")
         device, dtype = resolve_device_dtype(device, dtype)
         gen = torch.Generator(device=device).manual_seed(check_seed(seed))
         d, kv = config.d_model, config.n_kv_heads * config.d_head
@@ -451,11 +451,13 @@ class TorchModel(TorchDecoder):
         return cls(config, weights, device, dtype)
 
     @classmethod
-    def from_numpy(cls, numpy_model: Any, device: Any = None, dtype: torch.dtype | None = None) -> TorchModel:
-        """The weights of a ``NumpyModel``, copied to ``device`` in ``dtype``."""
+    def from_numpy(
+        cls, numpy_model: Any, device: Any = None, dtype: torch.dtype | None = None
+    ) -> TorchGPT2Model:
+        """The weights of a ``GPT2Model``, copied to ``device`` in ``dtype``."""
         config, weights = getattr(numpy_model, "config", None), getattr(numpy_model, "weights", None)
-        if not isinstance(config, ModelConfig) or not isinstance(weights, GPT2Weights):
-            raise TypeError(f"numpy_model: expected a kvtutor.NumpyModel, got {type(numpy_model).__name__}")
+        if not isinstance(config, GPT2Config) or not isinstance(weights, GPT2Weights):
+            raise TypeError(f"numpy_model: expected a kvtutor.GPT2Model, got {type(numpy_model).__name__}")
         return cls(config, weights, device, dtype)
 
     @classmethod
@@ -467,7 +469,7 @@ class TorchModel(TorchDecoder):
         device: Any = None,
         dtype: torch.dtype | None = None,
         hf_config: Mapping[str, Any] | None = None,
-    ) -> TorchModel:
+    ) -> TorchGPT2Model:
         """A Hugging Face GPT-2 ``state_dict`` (tensors or arrays, ``transformer.`` prefix or not) -> model.
 
         Weights are checked as they load (finite, floating, every key, shapes); with ``hf_config`` (a
@@ -489,8 +491,8 @@ class TorchModel(TorchDecoder):
         return out
 
     def __repr__(self) -> str:
-        config = self.config.wrapped(TEXT_WIDTH - len("TorchModel("))  # nested: indented that much
-        return wrap_call("TorchModel", [config, f"device={self.device}", f"dtype={self.dtype}"])
+        config = self.config.wrapped(TEXT_WIDTH - len("TorchGPT2Model("))  # nested: indented that much
+        return wrap_call("TorchGPT2Model", [config, f"device={self.device}", f"dtype={self.dtype}"])
 
     # ------------------------------------------------------------ forward passes
     def lm_head(self, x_BTD: torch.Tensor) -> torch.Tensor:
