@@ -390,3 +390,58 @@ def test_progress_lines_count_the_measurements_and_leave_no_hook(one_thread):
     counts = [int(line.split("(")[1].split()[0]) for line in lines]
     assert 0 <= counts[0] < counts[1]  # every timed call of a section is counted as it happens
     assert common.MEASURED_HOOKS == []  # the hook goes with the run
+
+
+@pytest.mark.parametrize(
+    ("make", "flag", "message"),
+    [
+        (lambda d: ["--out", str(d / "file" / "r.json")], "--out", "expected a path under directories"),
+        (lambda d: ["--out", str(d / "dir")], "--out", "expected a file to write, got the directory"),
+        (lambda d: ["--plots", str(d / "file")], "--plots", "expected a directory, got the file"),
+        (lambda d: ["--plots", str(d / "file" / "plots")], "--plots", "expected a path under directories"),
+    ],
+)
+def test_bad_output_paths_stop_the_command_before_the_run(tmp_path, monkeypatch, capsys, make, flag, message):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    monkeypatch.setattr(bench.cli, "run", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--size", "tiny", "--device", "cpu", *make(tmp_path)])
+    assert info.value.code == 2
+    assert f"error: {flag}: {message}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "file"]
+    assert (tmp_path / "file").read_text() == "x" and not any((tmp_path / "dir").iterdir())
+
+
+def test_write_result_refuses_before_writing_anything(tmp_path):
+    from kvtutor.measure import recorded
+
+    result = recorded.cpu_bench()
+    with pytest.raises(ValueError, match=r"^path: expected a file to write, got the directory"):
+        bench.write_result(str(tmp_path), result)
+    broken = {**result, "ceilings": {**result["ceilings"], "peak_flops": math.inf}}
+    with pytest.raises(
+        ValueError, match=r"key 'ceilings\.peak_flops': expected number, got the non-finite number inf"
+    ):
+        bench.write_result(str(tmp_path / "new" / "r.json"), broken)
+    unlisted = {**result, "probe": {**result["probe"], "extra": math.nan}}  # not in the schema: json refuses
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        bench.write_result(str(tmp_path / "new" / "r.json"), unlisted)
+    assert list(tmp_path.iterdir()) == []  # no file, no .tmp, no folder
+    bench.write_result(str(tmp_path / "new" / "r.json"), result)
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["r.json"]
+    assert bench.load_result(tmp_path / "new" / "r.json") == result
+
+
+def test_the_speculative_recorder_checks_its_out_path_before_recording(tmp_path, monkeypatch, capsys):
+    from kvtutor.bench import speculative as bench_spec
+
+    monkeypatch.setattr(bench_spec, "record", lambda *a, **k: pytest.fail("the recording started"))
+    for argv, message in (
+        (["--out", str(tmp_path)], "--out: expected a file to write, got the directory"),
+        (["--out", str(tmp_path / "r.json"), "--rounds", "0"], "--rounds: expected >= 1, got 0"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            bench_spec.main(argv)
+        assert info.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -85,3 +85,98 @@ def _restore_print_options():
     saved = np.get_printoptions()
     yield
     np.set_printoptions(**saved)
+
+
+# ---------------------------------------------------------------- tables: bad cells and rules
+
+
+def _zh(header, rows):
+    """The Chinese cells given, so that no label look-up is involved."""
+    return {"zh_header": list(header), "zh_rows": [list(r) for r in rows]}
+
+
+def test_a_pipe_in_a_cell_is_escaped_and_read_back():
+    header, rows = ["name", "value"], [["a | b", 1], ["`x|y`", 2]]
+    t = display.table(header, rows, **_zh(header, rows))
+    assert t.markdown.splitlines()[2:] == ["| a \\| b | 1 |", "| `x\\|y` | 2 |"]
+    assert all(line.count("|") - line.count("\\|") == 3 for line in t.markdown.splitlines())
+    assert t.rows == (("a | b", "1"), ("`x|y`", "2")) and "a | b" in t.html
+    back = display.markdown_table(t.markdown, **_zh(header, rows))
+    assert back.rows == t.rows and back.markdown == t.markdown
+
+
+def test_a_table_without_pipes_in_its_cells_is_written_as_before():
+    t = display.table(
+        ["a", "b"], [[1, 2]], align=["---", "--:"], zh_header=["甲", "乙"], zh_rows=[["1", "2"]]
+    )
+    assert t.markdown == "| a | b |\n| --- | --: |\n| 1 | 2 |"
+    assert t.align == ("--", "-:")
+
+
+BAD_TABLES = [
+    ({"align": ["center", "---"]}, ValueError, r"^align: expected rules such as '---', .*, got 'center'"),
+    ({"align": [5, "---"]}, TypeError, r"^align: expected rules such as .*, got int 5"),
+    ({"align": "---"}, TypeError, r"^align: expected one rule per column, such as \['---', '--:'\], got str"),
+    ({"align": ["---"]}, ValueError, r"^align: expected 2 rules \(one per header cell\), got 1"),
+    ({"rows": [["a\nb", 1]]}, ValueError, r"^rows: row 0: cell 0: expected one line \(a Markdown table row"),
+    ({"rows": [[1, 2], [3]]}, ValueError, r"^rows: row 1: expected 2 cells \(one per header cell\), got 1"),
+    ({"rows": ["ab"]}, TypeError, r"^rows: row 0: expected a sequence of cells, got str"),
+    ({"rows": 5}, TypeError, r"^rows: expected rows of cells, got int"),
+    ({"header": "ab"}, TypeError, r"^header: expected a sequence of cells, got str"),
+    ({"header": ["a", "b\r"]}, ValueError, r"^header: cell 1: expected one line"),
+    ({"zh_header": ["甲"]}, ValueError, r"^zh_header: expected 2 cells \(one per header cell\), got 1"),
+    ({"zh_rows": [["1"]]}, ValueError, r"^zh_rows: row 0: expected 2 cells \(the shape of rows\), got 1"),
+    ({"zh_rows": [["1", "2"], ["3", "4"]]}, ValueError, r"^zh_rows: expected 1 rows of 2 cells"),
+    ({"zh_rows": [["多\n行", "2"]]}, ValueError, r"^zh_rows: row 0: cell 0: expected one line"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "exc", "match"), BAD_TABLES)
+def test_a_bad_table_is_refused_naming_the_argument(change, exc, match):
+    args = {
+        "header": ["a", "b"],
+        "rows": [[1, 2]],
+        "zh_header": ["甲", "乙"],
+        "zh_rows": [["1", "2"]],
+    } | change
+    with pytest.raises(exc, match=match):
+        display.table(**args)
+
+
+def test_figure_html_refuses_what_is_not_a_figure():
+    from kvtutor.book import editions
+
+    for bad in (None, "figure.png", np.zeros((2, 2))):
+        with pytest.raises(TypeError, match=r"^fig: expected a matplotlib Figure, got "):
+            editions.figure_html(bad)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"cells": [', r": expected a notebook, got invalid JSON \("),
+        ("[1, 2]", r": expected a notebook \(a JSON object with a list of cells\), got none"),
+        ('{"cells": [1]}', r": expected a notebook \(a JSON object with a list of cells\)"),
+        (b"\xff\xfe{}", r": expected a notebook, got a file that is not UTF-8"),
+    ],
+)
+def test_editions_check_names_a_file_that_is_not_a_notebook(tmp_path, capsys, content, message):
+    import re
+
+    from kvtutor.book import editions
+
+    path = tmp_path / "broken.ipynb"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert editions.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert re.match(rf"^error: {re.escape(str(path))}{message}", err), err
+    assert err.count("\n") == 1  # one line, no traceback
+
+
+def test_editions_check_of_a_missing_file_or_of_nothing_is_an_error(tmp_path, capsys):
+    from kvtutor.book import editions
+
+    assert editions.main(["check", str(tmp_path / "missing.ipynb")]) == 2
+    assert "missing.ipynb" in capsys.readouterr().err
+    assert editions.main(["check"]) == 2
+    assert "check: expected at least one NOTEBOOK, got none" in capsys.readouterr().err

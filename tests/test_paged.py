@@ -404,13 +404,13 @@ def test_preemption_under_pressure_still_finishes_everything():
 
 def test_trace_errors():
     trace = [Request(0, 4, 4)]
-    with pytest.raises(ValueError, match=r"^scheme: expected 'contiguous' or 'paged', got 'buddy'"):
+    with pytest.raises(ValueError, match=r"^scheme: expected one of \['contiguous', 'paged'\], got 'buddy'"):
         simulate_trace(trace, "buddy", 64, 16)
     with pytest.raises(ValueError, match=r"^capacity_tokens: expected room for one sequence"):
         simulate_trace(trace, "paged", 15, 16)
-    with pytest.raises(ValueError, match=r"^trace: request 0 .* does not fit max_seq_len=6"):
+    with pytest.raises(ValueError, match=r"^trace: request 0: expected prompt_len \+ output_len <= .* = 7"):
         simulate_trace(trace, "paged", 64, 6)
-    with pytest.raises(TypeError, match=r"^trace: expected a list of Request"):
+    with pytest.raises(TypeError, match=r"^trace: request 0: expected a Request, got tuple"):
         simulate_trace([(0, 4, 4)], "paged", 64, 16)
     with pytest.raises(ValueError, match=r"^model: expected max_seq_len >= 64"):
         simulate_trace(trace, "paged", 64, 64, model=make_model(max_seq_len=48))
@@ -509,10 +509,10 @@ def test_trace_errors_for_prefix_caching():
     with pytest.raises(TypeError, match=r"^prefix_caching: expected a bool, got str"):
         simulate_trace(trace, "paged", 64, 16, prefix_caching="yes")
     with pytest.raises(
-        ValueError, match=r"^trace: request 0 expected 4 prompt_ids \(its prompt_len\), got 3"
+        ValueError, match=r"^trace: request 0: expected 4 prompt_ids \(its prompt_len\), got 3"
     ):
         simulate_trace([Request(0, 4, 4, (1, 2, 3))], "paged", 64, 16, prefix_caching=True)
     with pytest.raises(
-        ValueError, match=r"^trace: request 0 expected prompt_ids below the model's vocab_size 30"
+        ValueError, match=r"^trace: request 0: prompt_ids: expected token ids in \[0, 30\), got 30 at index 1"
     ):
         simulate_trace([Request(0, 2, 2, (1, 30))], "paged", 64, 16, model=make_model(), prefix_caching=True)

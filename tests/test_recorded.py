@@ -106,6 +106,18 @@ CORRUPTIONS = [
     (_set("hardware", "torch_threads", True),
      r"key 'hardware\.torch_threads': expected integer, got boolean"),
     (_set("prefil_sweep", {}), r"unknown key 'prefil_sweep'"),
+    # an object's own keys: what the plots and the goals read
+    (lambda r: r["decode_sweep"]["points"][0]["time"].pop("median_s"),
+     r"missing key 'decode_sweep\.points\[0\]\.time\.median_s' \(the median seconds per call\)"),
+    (lambda r: r["preallocated_vs_concat"]["points"][1]["concat"].pop("time"),
+     r"missing key 'preallocated_vs_concat\.points\[1\]\.concat\.time'"),
+    (_set("decode_bandwidth", "time", "median_s", "fast"),
+     r"key 'decode_bandwidth\.time\.median_s': expected number, got string"),
+    (_set("probe", "matmul", "float32", "flops_per_s", None),
+     r"key 'probe\.matmul\.float32\.flops_per_s': expected number, got null"),
+    (_set("probe", "gemv", "bytes_per_s", -1.0), r"key 'probe\.gemv\.bytes_per_s': expected a number > 0"),
+    (_set("ceilings", "peak_flops", 0),
+     r"key 'ceilings\.peak_flops': expected a number > 0 \(square-matmul FLOP/s\), got 0"),
 ]  # fmt: skip
 
 
@@ -137,3 +149,13 @@ def test_check_result_names_where_the_result_came_from():
         schema.check_result({}, "run()")
     good = recorded.cpu_bench()
     assert schema.check_result(good) is good
+
+
+def test_check_result_refuses_a_non_finite_number_in_memory():
+    result = recorded.cpu_bench()
+    broken = {**result, "ceilings": {**result["ceilings"], "bandwidth": float("inf")}}
+    with pytest.raises(
+        ValueError,
+        match=r"^run\(\): key 'ceilings\.bandwidth': expected number, got the non-finite number inf",
+    ):
+        schema.check_result(broken, "run()")

@@ -217,9 +217,17 @@ BAD = [
         ValueError,
         "requests: request 1: prompt of 15 \\+ 7 new tokens needs 21 positions .*more than max_seq_len 20",
     ),
+    (
+        {"requests": [(0, "The cat", 2)]},
+        TypeError,
+        "requests: request 0: prompt_ids: expected a sequence of int token ids, got str",
+    ),
+    ({"max_step_tokens": 0}, ValueError, "max_step_tokens: expected an int >= 2, got 0"),
     ({"max_batch_size": 0}, ValueError, "max_batch_size: expected an int >= 1, got 0"),
     ({"max_batch_size": 2.0}, TypeError, "max_batch_size: expected an int, got float"),
-    ({"policy": "greedy"}, ValueError, "policy: expected 'continuous' or 'static', got 'greedy'"),
+    ({"policy": "greedy"}, ValueError, "policy: expected one of \\['continuous', 'static'\\], got 'greedy'"),
+    ({"policy": "Continuous"}, ValueError, "policy: expected one of .*, got 'Continuous'"),
+    ({"policy": None}, TypeError, "policy: expected one of .*, got NoneType"),
     ({"model": "gpt2"}, TypeError, "model: expected a kvtutor model, got str"),
 ]
 

@@ -266,7 +266,7 @@ def test_sweep_rows_are_the_summaries_and_deterministic_in_steps(model):
         ({"batch_sizes": [True]}, TypeError, "batch_sizes: max_batch_size: expected an int"),
         ({"batch_sizes": 4}, TypeError, "batch_sizes: expected a list of ints"),
         ({"batch_sizes": "12"}, TypeError, "batch_sizes: expected a list of ints"),
-        ({"policy": "fifo"}, ValueError, "policy: expected 'continuous' or 'static'"),
+        ({"policy": "fifo"}, ValueError, "policy: expected one of \\['continuous', 'static'\\]"),
         ({"requests": [(0, [1], -1)]}, ValueError, "requests: request 0: max_new_tokens"),
         ({"model": "gpt2"}, TypeError, "model: expected a kvtutor model"),
         ({"step_seconds": 1.0}, TypeError, "step_seconds: expected None or a function"),

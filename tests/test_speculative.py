@@ -432,6 +432,21 @@ def test_expected_speedup_rejects_bad_input_naming_it(args, match):
         expected_speedup(*args)
 
 
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("high", 4, 0.1), "a: expected an acceptance rate in \\[0, 1\\], got str 'high'"),
+        ((None, 4, 0.1), "a: expected an acceptance rate in \\[0, 1\\], got NoneType None"),
+        ((0.5, 4, "0.1"), "c: expected a cost ratio >= 0, got str '0.1'"),
+        ((0.5, 4, 0.1, [1.0]), "v: expected a cost ratio > 0, got list \\[1.0\\]"),
+    ],
+)
+def test_expected_speedup_rejects_what_is_not_a_number_naming_it(args, match):
+    with pytest.raises(TypeError, match=match):
+        expected_speedup(*args)
+    assert expected_speedup(np.float64(0.5), np.int64(2), np.float32(0.25)) == pytest.approx(1.75 / 1.5)
+
+
 def test_predicted_takes_the_verification_cost():
     result = SpeculativeResult(list(range(6)), 2, [2, 2], [1, 1])
     assert result.predicted(0.25, v=2.0)[1] == pytest.approx(expected_speedup(0.5, 2, 0.25, 2.0))
@@ -472,7 +487,8 @@ def test_coin_draft_is_accepted_at_its_rate_and_leaves_the_tokens_alone(toy_mode
     ("a", "reference", "exc", "match"),
     [
         (1.5, [1, 2], ValueError, "a: expected an acceptance rate in \\[0, 1\\], got 1.5"),
-        ("high", [1, 2], ValueError, "a: expected an acceptance rate in \\[0, 1\\], got 'high'"),
+        ("high", [1, 2], TypeError, "a: expected a number, got str 'high'"),
+        (float("nan"), [1, 2], ValueError, "a: expected an acceptance rate in \\[0, 1\\], got nan"),
         (0.5, [1, 99], ValueError, "reference_ids: expected token ids in \\[0, 32\\), got 99"),
         (0.5, [], ValueError, "reference_ids: expected at least one token"),
     ],

@@ -151,3 +151,13 @@ def test_the_browser_tests_use_the_lookup():
     assert "chromium.find_chromium()" in conftest and "/usr/bin/chromium" not in conftest
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "tests/browser/chromium.py" in makefile and "playwright install" not in makefile
+
+
+def test_an_unknown_command_is_a_usage_error_on_stderr(capsys):
+    from kvtutor.__main__ import main
+
+    assert main(["BENCH"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "usage: python -m kvtutor COMMAND" in err
+    assert err.rstrip().endswith("error: COMMAND: expected one of ['bench', 'kv-memory'], got 'BENCH'")
+    assert main(["--help"]) == 0 and "commands:" in capsys.readouterr().out

@@ -14,10 +14,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         lines = [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
-        print("usage: python -m kvtutor COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines))
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"\nerror: unknown command {argv[0]!r}", file=sys.stderr)
+        usage = "usage: python -m kvtutor COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines)
+        if argv and argv[0] not in ("-h", "--help"):  # a usage error: all of it on stderr
+            print(
+                f"{usage}\n\nerror: COMMAND: expected one of {list(COMMANDS)}, got {argv[0]!r}",
+                file=sys.stderr,
+            )
             return 2
+        print(usage)
         return 0
     import importlib
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,3 +377,59 @@ def check_qkv(
         raise ValueError(f"{q_name}: expected at most S = {s} queries under the causal mask (query t "
                          f"sits at position S - T + t), got T = {t}")  # fmt: skip
     return q, k, v, h // h_kv, s
+
+
+# ---------------------------------------------------------------- names, numbers and checked entry points
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``, exactly (a name's case counts), else a ValueError
+    (a TypeError for what is not a string) naming ``name`` and listing the choices."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one of {list(choices)}, got {type(value).__name__} {value!r}")
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {list(choices)}, got {value!r}")
+    return value
+
+
+def check_real(name: str, value: Any, low: float | None = None, high: float | None = None) -> float:
+    """A finite number (an int, a float or a NumPy scalar, never a bool) with ``low <= value <=
+    high`` where those are given, as a float; else a TypeError/ValueError naming ``name``."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()  # a 0-d numpy array or torch tensor
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    bounds = ([f">= {low}"] if low is not None else []) + ([f"<= {high}"] if high is not None else [])
+    want = " ".join(["a finite number", " and ".join(bounds)]).strip()
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range
+        raise ValueError(f"{name}: expected {want}, got an int of {int(value).bit_length()} bits") from None
+    if (
+        not math.isfinite(number)
+        or (low is not None and number < low)
+        or (high is not None and number > high)
+    ):
+        raise ValueError(f"{name}: expected {want}, got {value!r}")
+    return number
+
+
+def checked_by(check: Callable[..., None]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator: the function it makes calls ``check`` with the arguments by name (defaults
+    filled in) and only then the function itself. For a function the book displays, whose body
+    is the mechanism: its checks live beside it, and ``inspect.getsource`` still finds the
+    function's own source (``__wrapped__``)."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            check(**bound.arguments)
+            return fn(*args, **kwargs)
+
+        return entry
+
+    return wrap

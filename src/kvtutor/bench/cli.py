@@ -3,7 +3,9 @@
 ``run`` probes the machine, measures every section (``experiments``, ``engine``), evaluates the
 goals (``goals``) and returns the result, checked against the schema (``schema``); ``main`` parses
 the command line, writes the JSON (after every section, so that a run cut short keeps what it
-measured) and the plots, and prints the goals.
+measured) and the plots, and prints the goals. Where ``--out`` and ``--plots`` point is checked
+before anything is measured, and every file is written whole or not at all
+(``common.write_atomically``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
 import time
@@ -25,7 +26,7 @@ from ..measure.goals import evaluate_goals
 from ..measure.schema import SCHEMA_VERSION, check_result
 from ..measure.timing import bench_size, describe, load_average, probe_machine
 from ..validate import default_device, dtype_info
-from .common import MEASURED_HOOKS, ceilings, make_model
+from .common import MEASURED_HOOKS, ceilings, check_output_path, finite, make_model, write_atomically
 from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
 from .experiments import (
     add_predictions,
@@ -65,17 +66,6 @@ def _log_line(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
     else:
         tqdm.write(msg, file=sys.stderr)
-
-
-def _finite(obj: Any) -> Any:
-    """inf / nan -> None, so that the JSON is strict."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 @dataclass
@@ -226,7 +216,7 @@ def run(
     log = log or (lambda msg: None)
     t_start = time.perf_counter()
     result: dict[str, Any] = {"schema": SCHEMA_VERSION, "device": device, "size": sz["size"], "dtype": dtype,
-                              "sizes": _finite(sz), "seconds": {}}  # fmt: skip
+                              "sizes": finite(sz), "seconds": {}}  # fmt: skip
     with _progress(1 + len(sections), "bench") as bar, contextlib.ExitStack() as stack:
         counted = [0]
 
@@ -244,7 +234,7 @@ def run(
             if bar is not None:
                 bar.update(1)
             if checkpoint is not None:
-                partial = _finite({**result, "goals": evaluate_goals(result), "partial": True})
+                partial = finite({**result, "goals": evaluate_goals(result), "partial": True})
                 checkpoint(check_result(partial, f"run() after {name}"))
 
         t0 = time.perf_counter()
@@ -261,7 +251,7 @@ def run(
     result["goals"] = evaluate_goals(result)
     result["load_average_1m_end"] = load_average()
     result["seconds"]["total"] = round(time.perf_counter() - t_start, 3)
-    return check_result(_finite(result), "run()")
+    return check_result(finite(result), "run()")
 
 
 def _run_engine_section(
@@ -301,15 +291,19 @@ def _run_engine_section(
 
 
 def write_result(path: str, result: dict[str, Any]) -> None:
-    """Write ``result`` as strict JSON, atomically (a reader never sees half a file), after checking
-    it against the schema (``schema.check_result``: an invalid result is a ValueError, not a file)."""
+    """Write ``result`` as strict JSON, atomically (``common.write_atomically``: a reader never sees
+    half a file, and a failed write leaves nothing behind), after checking the path
+    (``common.check_output_path``) and the result against the schema (``schema.check_result``):
+    an invalid result is a ValueError, not a file."""
+    path = check_output_path(path, "path")
     check_result(result, path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    text = json.dumps(result, indent=1, allow_nan=False) + "\n"  # any error here comes before a file
+    write_atomically(path, lambda tmp: _write_text(tmp, text))
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "x", encoding="utf-8") as f:
+        f.write(text)
 
 
 def summary(result: dict[str, Any]) -> str:
@@ -333,15 +327,19 @@ def _write_plots(result: dict[str, Any], directory: str) -> list[str]:
 
     from ..plots import perf
 
-    os.makedirs(directory, exist_ok=True)
+    check_output_path(directory, "directory", directory=True)
     written = []
     for name, fn in perf.BENCH_FIGURES.items():
         fig = fn(result)
         if fig is None:
             continue
         path = os.path.join(directory, f"{name}.png")
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        try:
+            write_atomically(
+                path, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+            )
+        finally:
+            plt.close(fig)
         written.append(path)
     return written
 
@@ -377,6 +375,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available on this machine")
+    try:  # where the run will write, before anything is measured
+        if args.out:
+            check_output_path(args.out, "--out")
+        if args.plots:
+            check_output_path(args.plots, "--plots", directory=True)
+    except ValueError as exc:
+        parser.error(str(exc))
     threads = torch.get_num_threads()
     if args.threads is not None:
         if args.threads < 1:

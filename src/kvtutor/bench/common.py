@@ -8,6 +8,9 @@ torch and transformers are imported only when a function needs them.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -24,10 +27,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MEASURED_HOOKS",
     "ceilings",
+    "check_output_path",
     "check_repeats",
     "config_dict",
     "device_of",
     "fast_step",
+    "finite",
     "make_model",
     "measure",
     "median_round",
@@ -38,6 +43,7 @@ __all__ = [
     "rewind",
     "timed",
     "weight_products",
+    "write_atomically",
 ]
 
 #: called after every measurement the benchmark makes (``cli.run`` adds one that advances its progress)
@@ -194,3 +200,71 @@ def quiet_transformers() -> Iterator[None]:
             yield
     finally:
         transformers.logging.set_verbosity(old)
+
+
+# ---------------------------------------------------------------- the files a run writes
+
+
+def finite(obj: Any) -> Any:
+    """inf / nan -> None, in nested dicts and lists too, so that the JSON is strict."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def check_output_path(path: Any, name: str, directory: bool = False) -> str:
+    """``path`` if a file (``directory``: a folder for files) can be written there, checked before
+    any work starts; else a TypeError/ValueError naming ``name`` (``--out``): an existing folder
+    where a file should go (an existing file where a folder should), a file where a parent
+    folder should be, or a nearest existing parent that this process cannot write into."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected a path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not path:
+        raise ValueError(f"{name}: expected a path, got an empty string")
+    full = os.path.abspath(path)
+    if directory and os.path.exists(full) and not os.path.isdir(full):
+        raise ValueError(f"{name}: expected a directory, got the file {path!r}")
+    if not directory and os.path.isdir(full):
+        raise ValueError(f"{name}: expected a file to write, got the directory {path!r}")
+    parent = full if directory else os.path.dirname(full)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(
+            f"{name}: expected a path under directories, got {path!r}, under the file {parent!r}"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{name}: expected a path this process may write, got {path!r} ({parent!r} is read-only)"
+        )
+    return path
+
+
+def write_atomically(path: str, write: Callable[[str], Any]) -> None:
+    """Make the file ``path`` whole or not at all: ``write(tmp)`` writes a temporary file beside it,
+    which then replaces ``path`` in one rename (a reader never sees half a file). If anything
+    fails, the temporary file and the directories made for it are removed, and ``path`` is as
+    it was."""
+    full = os.path.abspath(path)
+    parent, made = os.path.dirname(full), []
+    while not os.path.lexists(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    tmp = os.path.join(os.path.dirname(full), f".{os.path.basename(full)}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        for folder in reversed(made):
+            os.mkdir(folder)
+        write(tmp)
+        os.replace(tmp, full)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        for folder in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise

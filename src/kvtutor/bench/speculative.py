@@ -37,6 +37,7 @@ from ..measure.timing import describe, hardware_info, load_average, versions
 from ..models.config import GPT2Config
 from ..serving import speculative as spec
 from ..serving.backends import forward_one, is_torch_model
+from .common import check_output_path, finite, write_atomically
 
 __all__ = ["FILE", "COMMAND", "MEMORY_BOUND_CONFIG", "record", "load", "main"]
 
@@ -399,22 +400,30 @@ def check(run: Any, where: str = FILE) -> dict[str, Any]:
 def load(name: str = FILE) -> dict[str, Any]:
     """The recorded run (``kvtutor/data/runs/speculative-cpu.json``, read through
     ``importlib.resources``), checked for the keys the chapter reads."""
-    path = recorded.run_path(name)
-    if not path.is_file():
+    run = recorded.run_json(name)
+    if run is None:
         raise FileNotFoundError(f"{recorded.RUNS}/{name} is missing: re-record it with `{COMMAND}`")
-    return check(json.loads(path.read_text(encoding="utf-8")), f"{recorded.RUNS}/{name}")
+    return check(run, f"{recorded.RUNS}/{name}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kvtutor.bench.speculative", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    parser.add_argument("--out", required=True, help="the JSON file to write")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds, memory-bound model")
     parser.add_argument("--toy-rounds", type=int, default=7, help="interleaved rounds, toy model")
     args = parser.parse_args(argv)
+    for name in ("rounds", "toy_rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(args, name)}")
+    try:  # before anything is measured
+        check_output_path(args.out, "--out")
+    except ValueError as exc:
+        parser.error(str(exc))
     run = check(record(args.rounds, args.toy_rounds))
-    args.out.write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+    text = json.dumps(finite(run), indent=1, allow_nan=False) + "\n"  # strict JSON: nan as null
+    write_atomically(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     mb = run["memory_bound"]
     print(
         f"{run['machine']}, load {run['load_average']['median']}:"

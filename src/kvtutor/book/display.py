@@ -230,8 +230,13 @@ def _chinese(
         zh_r = tuple(tuple(str(c) for c in r) for r in zh_rows)
     else:
         zh_r = tuple(tuple(cell(c) for c in r) for r in rows)
-    if len(zh_h) != len(header) or [len(r) for r in zh_r] != [len(r) for r in rows]:
-        raise ValueError("zh_header and zh_rows must have the shape of header and rows")
+    if len(zh_h) != len(header):
+        raise ValueError(f"zh_header: expected {len(header)} cells (one per header cell), got {len(zh_h)}")
+    if [len(r) for r in zh_r] != [len(r) for r in rows]:
+        raise ValueError(
+            f"zh_rows: expected {len(rows)} rows of {len(header)} cells (the shape of rows), got "
+            f"{len(zh_r)} rows of {sorted({len(r) for r in zh_r})} cells"
+        )
     missing(left, "Chinese table " + repr(" | ".join(header)))
     return zh_h, zh_r
 
@@ -247,19 +252,73 @@ def table(
     """A table of ``rows`` under ``header`` (cells printed with ``str``) in both editions.
 
     The Markdown is written as ``| a | b |`` lines under a ``| --- |`` rule (``align``: one of
-    "---", ":--", "--:", ":-:" per column, as in Markdown). The Chinese cells are
+    "---", ":--", "--:", ":-:" per column, as in Markdown); a "|" in a cell is escaped, and a
+    cell of more than one line, a row of another width or another rule is refused (a
+    TypeError/ValueError naming ``header``, ``rows`` or ``align``). The Chinese cells are
     ``zh_header`` and ``zh_rows`` where given, else the English ones through
     ``kvtutor.book.labels``.
     """
-    head = tuple(str(c) for c in header)
-    body = tuple(tuple(str(c) for c in r) for r in rows)
-    sides = tuple(align) if align is not None else ("---",) * len(head)
-    if len(sides) != len(head) or any(len(r) != len(head) for r in body):
-        raise ValueError(f"every row and align need {len(head)} cells, one per header cell")
-    lines = ["| " + " | ".join(head) + " |", "|" + "".join(f" {a} |" for a in sides)]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
+    head, body, sides = _check_table(header, rows, align)
+    if zh_header is not None:
+        zh_header = _cells_of("zh_header", zh_header)
+    if zh_rows is not None:
+        zh_rows = _check_table(header, zh_rows, None, "zh_rows")[1]
+
+    def line(cells: Sequence[str]) -> str:  # a "|" in a cell is escaped: it does not end the cell
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    lines = [line(head), "|" + "".join(f" {a} |" for a in sides)] + [line(r) for r in body]
     zh_h, zh_r = _chinese(head, body, zh_header, zh_rows)
     return Table("\n".join(lines), head, body, tuple(_side(a) for a in sides), zh_h, zh_r)
+
+
+#: a column's rule in a Markdown table: dashes, a colon at either end for the alignment
+_RULE = re.compile(r":?-+:?")
+
+
+def _cells_of(name: str, cells: Any) -> tuple[str, ...]:
+    """A row of cells -> its cells printed with ``str``, each one line, or an error naming ``name``."""
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence):
+        raise TypeError(f"{name}: expected a sequence of cells, got {type(cells).__name__}")
+    out = tuple(str(c) for c in cells)
+    for j, cell in enumerate(out):
+        if "\n" in cell or "\r" in cell:
+            raise ValueError(
+                f"{name}: cell {j}: expected one line (a Markdown table row is one line), got {cell!r}"
+            )
+    return out
+
+
+def _check_table(
+    header: Any, rows: Any, align: Any, rows_name: str = "rows"
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """``table``'s header, rows and align -> (header cells, rows of cells, rules), each row as wide
+    as the header and each rule like ``---``, ``:--``, ``--:`` or ``:-:``; else a TypeError or
+    ValueError naming the argument."""
+    head = _cells_of("header", header)
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
+        raise TypeError(f"{rows_name}: expected rows of cells, got {type(rows).__name__}")
+    body = tuple(_cells_of(f"{rows_name}: row {i}", r) for i, r in enumerate(rows))
+    why = "one per header cell" if rows_name == "rows" else "the shape of rows"
+    for i, r in enumerate(body):
+        if len(r) != len(head):
+            raise ValueError(f"{rows_name}: row {i}: expected {len(head)} cells ({why}), got {len(r)}")
+    if align is None:
+        return head, body, ("---",) * len(head)
+    if isinstance(align, (str, bytes)) or not isinstance(align, Sequence):
+        raise TypeError(
+            f"align: expected one rule per column, such as ['---', '--:'], got {type(align).__name__}"
+        )
+    for a in align:
+        if not isinstance(a, str):
+            raise TypeError(
+                f"align: expected rules such as '---', ':--', '--:' or ':-:', got {type(a).__name__} {a!r}"
+            )
+        if not _RULE.fullmatch(a.strip()):
+            raise ValueError(f"align: expected rules such as '---', ':--', '--:' or ':-:', got {a!r}")
+    if len(align) != len(head):
+        raise ValueError(f"align: expected {len(head)} rules (one per header cell), got {len(align)}")
+    return head, body, tuple(a.strip() for a in align)
 
 
 def _side(rule: str) -> str:
@@ -269,7 +328,11 @@ def _side(rule: str) -> str:
 
 
 def _cells(line: str) -> tuple[str, ...]:
-    return tuple(c.strip() for c in line.strip().removeprefix("|").removesuffix("|").split("|"))
+    """A Markdown table line -> its cells, split at every "|" that is not escaped ("\\|" is a "|"
+    inside a cell)."""
+    inner = line.strip().removeprefix("|")
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return tuple(c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner))
 
 
 def markdown_table(

@@ -423,7 +423,11 @@ def figure_html(fig: Any) -> str:
     part, after ``EDITION_CSS``. Without a CJK font, or where a word cannot be drawn in Chinese,
     the Chinese part shows the English words (strict mode: an EditionError); the alt texts are
     the same either way, so the output compares equal on every machine once its images are
-    sanitized."""
+    sanitized. Anything but a matplotlib Figure is a TypeError naming ``fig``."""
+    from matplotlib.figure import Figure
+
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig: expected a matplotlib Figure, got {type(fig).__name__}")
     en = _png(fig)
     font = cjk_font()
     where = "Chinese figure " + repr(_alt(fig, str))
@@ -479,14 +483,27 @@ def register_figure_formatter(shell: Any = None) -> bool:
 
 def _errors(path: str) -> list[str]:
     """The EditionError outputs stored in the notebook at ``path`` (a figure's formatter cannot
-    fail its cell: IPython stores what it raised as an error output)."""
-    nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    fail its cell: IPython stores what it raised as an error output). A file that cannot be read
+    as a notebook is a ValueError naming it (an OSError where it cannot be read at all)."""
+    try:
+        nb = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: expected a notebook, got a file that is not UTF-8 ({exc.reason})"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: expected a notebook, got invalid JSON ({exc})") from None
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        raise ValueError(f"{path}: expected a notebook (a JSON object with a list of cells), got none")
+    code = [c for c in cells if c.get("cell_type") == "code"]
     return [
         f"{path}: code cell {i}: {out.get('ename')}: {out.get('evalue')}"
         for i, cell in enumerate(code)
         for out in cell.get("outputs", [])
-        if out.get("output_type") == "error" and out.get("ename") == EditionError.__name__
+        if isinstance(out, dict)
+        and out.get("output_type") == "error"
+        and out.get("ename") == EditionError.__name__
     ]
 
 
@@ -504,7 +521,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"CJK font for the Chinese figures: {font.name} ({font.path})")
         return 0
     if args[:1] == ["check"]:
-        found = [line for path in args[1:] for line in _errors(path)]
+        if not args[1:]:
+            print("error: check: expected at least one NOTEBOOK, got none", file=sys.stderr)
+            return 2
+        try:
+            found = [line for path in args[1:] for line in _errors(path)]
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         for line in found:
             print(line, file=sys.stderr)
         return 1 if found else 0

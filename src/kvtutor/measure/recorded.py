@@ -15,13 +15,13 @@ result is checked against the bench schema (``kvtutor.measure.schema``) as it is
 from __future__ import annotations
 
 import datetime
-import json
 import re
 from importlib import resources
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
-from .schema import check_result
+from .schema import check_result, read_json
 
 __all__ = [
     "RUNS",
@@ -31,6 +31,8 @@ __all__ = [
     "cuda_bench",
     "h200_run",
     "run_path",
+    "run_text",
+    "run_json",
     "run_day",
     "cpu_name",
 ]
@@ -40,18 +42,53 @@ RUNS = "data/runs"
 H200_RUN = {"folder": "h200-2026-11-30", "commit": "6d8bdd6", "date": "2026-11-30"}
 
 
+def _runs_root() -> Traversable:
+    return resources.files("kvtutor").joinpath(*RUNS.split("/"))
+
+
 def run_path(name: str) -> Traversable:
-    """The packaged file or folder ``name`` under ``kvtutor/data/runs``."""
-    if not isinstance(name, str) or not name or name.startswith(("/", ".")):
+    """The packaged file or folder ``name`` under ``kvtutor/data/runs``: a relative path of
+    '/'-separated parts that stays there. An absolute path, a part that is empty, ``.`` or
+    ``..``, a backslash, and a symbolic link that leads out of the folder are refused."""
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a file name under {RUNS}, got {type(name).__name__}")
+    parts = name.split("/")
+    if not name or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts) or ":" in parts[0]:
         raise ValueError(f"name: expected a file name under {RUNS}, got {name!r}")
-    return resources.files("kvtutor").joinpath(RUNS, *name.split("/"))
+    root = _runs_root()
+    path = root.joinpath(*parts)
+    if isinstance(root, Path) and not path.resolve().is_relative_to(root.resolve()):
+        raise ValueError(f"name: expected a file name under {RUNS}, got {name!r}, which leads out of it")
+    return path
 
 
-def _json(name: str) -> dict[str, Any] | None:
+def run_text(name: str) -> str:
+    """The packaged text file ``name`` under ``kvtutor/data/runs`` (``run_path``), UTF-8, or a
+    FileNotFoundError/ValueError naming it."""
+    path = run_path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{RUNS}/{name} is missing")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{RUNS}/{name}: expected UTF-8 text, got byte {exc.object[exc.start]:#04x} "
+                         f"at offset {exc.start}") from None  # fmt: skip
+
+
+def run_json(name: str) -> Any:
+    """The packaged JSON file ``name`` under ``kvtutor/data/runs``, read strictly
+    (``schema.read_json``), or None if there is no such file."""
     path = run_path(name)
     if not path.is_file():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path.read_bytes(), f"{RUNS}/{name}")
+
+
+def _json(name: str) -> dict[str, Any] | None:
+    result = run_json(name)
+    if result is not None and not isinstance(result, dict):
+        raise ValueError(f"{RUNS}/{name}: expected a JSON object, got {type(result).__name__}")
+    return result
 
 
 def _bench(name: str) -> dict[str, Any] | None:
@@ -67,6 +104,8 @@ CPU_RUNS = {"xeon-2026-11-29": "bench-cpu-xeon-2026-11-29.json"}
 def cpu_bench(which: str = "current") -> dict[str, Any]:
     """The recorded full-size CPU benchmark: ``"current"`` (``bench-cpu.json``, what ``make bench``
     last recorded) or a name from ``CPU_RUNS`` (an earlier recording on another CPU)."""
+    if not isinstance(which, str):
+        raise TypeError(f"which: expected 'current' or one of {sorted(CPU_RUNS)}, got {type(which).__name__}")
     if which != "current" and which not in CPU_RUNS:
         raise ValueError(f"which: expected 'current' or one of {sorted(CPU_RUNS)}, got {which!r}")
     name = "bench-cpu.json" if which == "current" else CPU_RUNS[which]
@@ -90,8 +129,8 @@ def h200_run() -> dict[str, Any]:
         **H200_RUN,
         "bench": _bench(f"{folder}/bench-cuda.json"),
         "anchors": _json(f"{folder}/anchors.json"),
-        "kernels": run_path(f"{folder}/kernels.txt").read_text(encoding="utf-8"),
-        "tests_log": run_path(f"{folder}/cuda-tests.log").read_text(encoding="utf-8"),
+        "kernels": run_text(f"{folder}/kernels.txt"),
+        "tests_log": run_text(f"{folder}/cuda-tests.log"),
     }
 
 

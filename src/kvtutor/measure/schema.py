@@ -9,12 +9,19 @@ ceilings), one object per section it ran, and the goals. Each
 key below says which JSON types its value may take (``"number"`` includes integers; a number that
 was inf or nan is written as null) and whether it must be there; an object may hold more keys than
 listed, except the top level, which holds only the keys listed. Sections with ``"points"`` hold a
-list of objects, each with the keys in ``POINTS``.
+list of objects, each with the keys in ``POINTS``; a key whose value is an object may list that
+object's own keys (``Key.keys``: a timing's ``median_s``, for one). A number is finite (``1e999``
+is refused, not read as infinity), and a key marked ``positive`` holds a number > 0.
+
+``read_json`` is the one reader of JSON text for the recorded files: strict JSON in UTF-8, with no
+non-finite numbers, no integer longer than ``MAX_INT_DIGITS`` digits, no key twice in one object
+and no nesting deeper than ``MAX_DEPTH``; anything else is a ValueError naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +36,9 @@ __all__ = [
     "GOAL",
     "check_result",
     "load_result",
+    "read_json",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
 ]
 
 #: the version this code writes
@@ -39,16 +49,18 @@ READABLE_VERSIONS = (2,)
 
 @dataclass(frozen=True)
 class Key:
-    """One key of a JSON object: the JSON types its value may take, what it holds, and whether it
-    must be there."""
+    """One key of a JSON object: the JSON types its value may take, what it holds, whether it
+    must be there, whether its number must be > 0, and (an object) the keys that object holds."""
 
     types: tuple[str, ...]
     doc: str
     required: bool = True
+    positive: bool = False
+    keys: dict[str, Key] | None = None
 
 
-def _opt(types: tuple[str, ...], doc: str) -> Key:
-    return Key(types, doc, required=False)
+def _opt(types: tuple[str, ...], doc: str, keys: dict[str, Key] | None = None) -> Key:
+    return Key(types, doc, required=False, keys=keys)
 
 
 # the JSON types a key may take
@@ -85,7 +97,20 @@ TOP_LEVEL: dict[str, Key] = {
 
 _CONFIG = Key(_OBJ, "the model's sizes and n_params")
 _DTYPE = Key(_STR, "the model's dtype")
-_TIME = Key(_OBJ, "a timing.Measurement as a dict: median_s, iqr_s, min_s, max_s, n, calls_per_sample")
+#: the keys of a timing (``timing.Measurement.as_dict``)
+TIME: dict[str, Key] = {
+    "median_s": Key(_NUM, "the median seconds per call", positive=True),
+    "iqr_s": Key(_NUM, "the interquartile range of the samples, seconds"),
+    "min_s": Key(_NUM, "the fastest sample, seconds"),
+    "max_s": Key(_NUM, "the slowest sample, seconds"),
+    "n": Key(_INT, "the number of samples"),
+    "calls_per_sample": Key(_INT, "calls timed together in one sample"),
+}
+_TIME = Key(
+    _OBJ, "a timing.Measurement as a dict: median_s, iqr_s, min_s, max_s, n, calls_per_sample", keys=TIME
+)
+_RATE = Key(_NUM, "bytes (or FLOPs) per second", positive=True)
+_TIMED = {"time": _TIME, "tokens_per_s": Key(_NUM, "tokens per second")}
 
 #: the keys of the objects at the top level, by the top-level key that holds them
 SECTIONS: dict[str, dict[str, Key]] = {
@@ -98,8 +123,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "hardware": Key(_OBJ, "timing.hardware_info"),
         "versions": Key(_OBJ, "timing.versions"),
         "size": Key(_STR, "the probe's size"),
-        "gemv": Key(_OBJ, "timing.measure_gemv_bandwidth"),
-        "copy": Key(_OBJ, "timing.measure_copy_bandwidth"),
+        "gemv": Key(_OBJ, "timing.measure_gemv_bandwidth", keys={"bytes_per_s": _RATE, "time": _TIME}),
+        "copy": Key(_OBJ, "timing.measure_copy_bandwidth", keys={"bytes_per_s": _RATE, "time": _TIME}),
         "matmul": Key(_OBJ, "dtype name -> timing.measure_matmul_flops of a square matmul"),
     },
     "hardware": {
@@ -116,11 +141,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
     },
     "ceilings": {
         "dtype": Key(_STR, "the dtype of the peak"),
-        "peak_flops": Key(_NUM, "square-matmul FLOP/s"),
-        "bandwidth": Key(_NUM, "bytes/s: the GEMV's on a CPU, the copy's on CUDA"),
+        "peak_flops": Key(_NUM, "square-matmul FLOP/s", positive=True),
+        "bandwidth": Key(_NUM, "bytes/s: the GEMV's on a CPU, the copy's on CUDA", positive=True),
         "bandwidth_source": Key(_STR, "'gemv' or 'copy'"),
-        "gemv_bandwidth": Key(_NUM, "the probe's GEMV read bytes/s"),
-        "copy_bandwidth": Key(_NUM, "the probe's copy bytes/s (read + written)"),
+        "gemv_bandwidth": Key(_NUM, "the probe's GEMV read bytes/s", positive=True),
+        "copy_bandwidth": Key(_NUM, "the probe's copy bytes/s (read + written)", positive=True),
     },
     "prefill_sweep": {"config": _CONFIG, "dtype": _DTYPE, "points": Key(_ARR, "one per prompt length")},
     "decode_sweep": {
@@ -154,8 +179,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "config": _CONFIG,
         "dtype": _DTYPE,
         "n_tokens": Key(_INT, "T of the prefill"),
-        "prefill": Key(_OBJ, "the median round's prefill point"),
-        "matmul": Key(_OBJ, "the median round's same-shape matmuls"),
+        "prefill": Key(_OBJ, "the median round's prefill point", keys={"time": _TIME, "flops_per_s": _RATE}),
+        "matmul": Key(_OBJ, "the median round's same-shape matmuls", keys={"flops_per_s": _RATE}),
         "ratio": Key(_NUM, "prefill FLOP/s / matmul FLOP/s"),
         "ratio_to_square_matmul": _opt(_NUM, "prefill FLOP/s / the ceilings' peak"),
     },
@@ -196,8 +221,8 @@ POINTS: dict[str, dict[str, Key]] = {
     "decode_sweep": {"batch_size": Key(_INT, "B"), **_FLOPS, "tokens_per_s": Key(_NUM, "B / step time")},
     "preallocated_vs_concat": {
         "n_new": Key(_INT, "tokens generated"),
-        "preallocated": Key(_OBJ, "the preallocated cache's time and tokens/s"),
-        "concat": Key(_OBJ, "the concat cache's time and tokens/s"),
+        "preallocated": Key(_OBJ, "the preallocated cache's time and tokens/s", keys=_TIMED),
+        "concat": Key(_OBJ, "the concat cache's time and tokens/s", keys=_TIMED),
         "identical_tokens": Key(_BOOL, "whether both generated the same tokens"),
         "speedup": Key(_NUM, "concat time / preallocated time"),
         "preallocated_write_bytes": Key(_INT, "K/V bytes written in place"),
@@ -205,8 +230,8 @@ POINTS: dict[str, dict[str, Key]] = {
     },
     "cache_vs_recompute": {
         "seq_len": Key(_INT, "n"),
-        "cached": Key(_OBJ, "a decode step's time, tokens/s and FLOPs"),
-        "uncached": Key(_OBJ, "recomputing all n positions: time, tokens/s and FLOPs"),
+        "cached": Key(_OBJ, "a decode step's time, tokens/s and FLOPs", keys=_TIMED),
+        "uncached": Key(_OBJ, "recomputing all n positions: time, tokens/s and FLOPs", keys=_TIMED),
         "speedup": Key(_NUM, "uncached time / cached time"),
         "flops_ratio": Key(_NUM, "uncached FLOPs / cached FLOPs"),
         "predicted_speedup": _opt(_NUM, "the roofline's ratio"),
@@ -231,7 +256,7 @@ def _json_type(value: Any) -> str:
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):
-        return "number"
+        return "number" if math.isfinite(value) else f"the non-finite number {value}"
     if isinstance(value, str):
         return "string"
     if value is None:
@@ -249,7 +274,8 @@ def _fits(value: Any, types: tuple[str, ...]) -> bool:
 
 
 def _check_keys(obj: Any, keys: dict[str, Key], source: str, path: str) -> None:
-    """Every required key of ``keys`` is in ``obj`` and every listed key present has its types."""
+    """Every required key of ``keys`` is in ``obj``, every listed key present has its types (a
+    positive number > 0), and an object's own listed keys are checked the same way."""
     if not isinstance(obj, dict):
         raise ValueError(f"{source}: key {path!r}: expected an object, got {_json_type(obj)}")
     for name, key in keys.items():
@@ -258,9 +284,14 @@ def _check_keys(obj: Any, keys: dict[str, Key], source: str, path: str) -> None:
             if key.required:
                 raise ValueError(f"{source}: missing key {where!r} ({key.doc})")
             continue
-        if not _fits(obj[name], key.types):
-            got = _json_type(obj[name])
+        value = obj[name]
+        if not _fits(value, key.types):
+            got = _json_type(value)
             raise ValueError(f"{source}: key {where!r}: expected {' or '.join(key.types)}, got {got}")
+        if key.positive and _json_type(value) in ("integer", "number") and not value > 0:
+            raise ValueError(f"{source}: key {where!r}: expected a number > 0 ({key.doc}), got {value!r}")
+        if key.keys is not None and isinstance(value, dict):
+            _check_keys(value, key.keys, source, where)
 
 
 def check_result(result: Any, source: str = "result") -> dict[str, Any]:
@@ -284,6 +315,8 @@ def check_result(result: Any, source: str = "result") -> dict[str, Any]:
     for name, keys in SECTIONS.items():
         if name in result:
             _check_keys(result[name], keys, source, name)
+    for dtype, peak in result["probe"]["matmul"].items():
+        _check_keys(peak, {"flops_per_s": _RATE, "time": _TIME}, source, f"probe.matmul.{dtype}")
     for name, keys in POINTS.items():
         for i, p in enumerate(result.get(name, {}).get("points", [])):
             _check_keys(p, keys, source, f"{name}.points[{i}]")
@@ -294,16 +327,72 @@ def check_result(result: Any, source: str = "result") -> dict[str, Any]:
 
 def load_result(path: str | os.PathLike) -> dict[str, Any]:
     """A recorded benchmark JSON (e.g. ``src/kvtutor/data/runs/bench-cpu.json``, or a file ``--out``
-    wrote), checked against the schema: a file that is not strict JSON or does not follow the
-    schema is a ValueError naming the file and the offending key."""
+    wrote), checked against the schema: a file that is not strict JSON (``read_json``) or does not
+    follow the schema is a ValueError naming the file and the offending key."""
     name = os.fspath(path)
+    with open(name, "rb") as f:
+        data = f.read()
+    return check_result(read_json(data, name), name)
 
-    def refuse(constant: str) -> Any:
-        raise ValueError(f"{name}: expected strict JSON, got the non-finite number {constant}")
 
-    with open(name, encoding="utf-8") as f:
+#: the deepest nesting of objects and arrays ``read_json`` reads (a result is about 6 deep)
+MAX_DEPTH = 32
+#: the most digits of an integer ``read_json`` reads (a count of bytes or FLOPs has about 15)
+MAX_INT_DIGITS = 30
+
+
+def read_json(data: bytes | str, source: str) -> Any:
+    """JSON text (bytes are decoded as UTF-8) -> its value, or a ValueError that names ``source``:
+    text that is not UTF-8 or not JSON, NaN or Infinity or a number too large for a float
+    (``1e999``), an integer of more than ``MAX_INT_DIGITS`` digits, a key given twice in one
+    object, or nesting deeper than ``MAX_DEPTH``."""
+
+    def refuse(what: str) -> Any:
+        raise ValueError(f"{source}: expected strict JSON, got {what}")
+
+    def number(text: str) -> float:
+        value = float(text)
+        return value if math.isfinite(value) else refuse(f"the number {text}, beyond a float's range")
+
+    def integer(text: str) -> int:
+        digits = len(text.lstrip("-"))
+        return int(text) if digits <= MAX_INT_DIGITS else refuse(f"an integer of {digits} digits")
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                refuse(f"the key {key!r} twice in one object")
+            obj[key] = value
+        return obj
+
+    if isinstance(data, bytes):
         try:
-            result = json.load(f, parse_constant=refuse)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{name}: expected a JSON file, got invalid JSON ({exc})") from None
-    return check_result(result, name)
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{source}: expected UTF-8 text, got byte {data[exc.start]:#04x} at offset "
+                             f"{exc.start}") from None  # fmt: skip
+    try:
+        value = json.loads(
+            data,
+            parse_constant=lambda c: refuse(f"the non-finite number {c}"),
+            parse_float=number,
+            parse_int=integer,
+            object_pairs_hook=unique,
+        )
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source}: expected a JSON file, got invalid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{source}: expected strict JSON, got nesting deeper than {MAX_DEPTH}") from None
+    _check_depth(value, source)
+    return value
+
+
+def _check_depth(value: Any, source: str) -> None:
+    """A ValueError naming ``source`` if objects and arrays nest deeper than ``MAX_DEPTH``."""
+    level, depth = [value], 0
+    while level := [x for x in level if isinstance(x, (dict, list))]:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise ValueError(f"{source}: expected strict JSON, got nesting deeper than {MAX_DEPTH}")
+        level = [child for x in level for child in (x.values() if isinstance(x, dict) else x)]

@@ -12,6 +12,11 @@ tokens, with their percentiles; ``batch_size_sweep`` runs the same requests at s
 (the latency-throughput trade-off). The other answer to "one query row": speculative decoding, in
 ``kvtutor.serving.speculative``.
 
+``serve_step``, ``run_chunks`` and ``take_chunks`` check their arguments first (``check_step``,
+``check_run_chunks``, ``check_take_chunks``: the policy by its exact name, the budget, the slots
+against the engine and the queue), so a bad call is refused before anything runs and changes
+nothing; the book shows the mechanism underneath, without the checks.
+
 Both models serve. A ``GPT2Model`` runs one sequence per cache, so each request keeps its own
 cache and the "batched" step is a loop over requests (same tokens, no speed-up); a ``TorchGPT2Model``
 runs one batched step over a ragged cache, one length per row (``kvtutor.serving.backends.batch_slots``).
@@ -24,10 +29,10 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..validate import check_int, positions_needed
-from .backends import batch_slots, check_model
+from ..validate import check_choice, check_int, check_token_ids, checked_by, positions_needed
+from .backends import BatchedSlots, LoopedSlots, batch_slots, check_model
 from .metrics import (
     LATENCY_METRICS,
     PERCENTILES,
@@ -51,6 +56,10 @@ __all__ = [
     "run_chunks",
     "take_chunks",
     "check_budget",
+    "POLICIES",
+    "check_step",
+    "check_run_chunks",
+    "check_take_chunks",
     "ServingTrace",
     "RequestRecord",
     "StepRecord",
@@ -69,6 +78,9 @@ __all__ = [
 
 
 # ---------------------------------------------------------------- the scheduler
+
+#: the scheduling policies: admit whenever a slot is free, or only into an empty batch
+POLICIES = ("continuous", "static")
 
 
 def run_serving(
@@ -90,8 +102,7 @@ def run_serving(
     cfg = check_model(model, "model")
     records = check_requests(requests, cfg)
     max_batch_size = check_int("max_batch_size", max_batch_size, 1)
-    if policy not in ("continuous", "static"):
-        raise ValueError(f"policy: expected 'continuous' or 'static', got {policy!r}")
+    check_choice("policy", policy, POLICIES)
     if max_step_tokens is not None:  # room for every decode and one more
         max_step_tokens = check_budget(max_step_tokens, max_batch_size)
     trace = ServingTrace(policy, max_batch_size, records, [], max_step_tokens)
@@ -224,6 +235,185 @@ def take_chunks(
             chunks.append((slot, int(min(todo, left))))
             left -= chunks[-1][1]
     return chunks
+
+
+# ---------------------------------------------------------------- the checks of one step
+
+
+class _Slots(NamedTuple):
+    """What the checks need to know of an engine's batch slots."""
+
+    n: int  # slots
+    capacity: int  # positions each slot holds at most
+    held: list[int]  # positions each slot holds now
+    vocab_size: int
+
+
+def _slots(engine: Any) -> _Slots:
+    """Batch slots (``batch_slots``) -> their _Slots, or a TypeError naming ``engine``."""
+    if isinstance(engine, LoopedSlots):
+        caches, vocab_size = engine.caches, engine.model.config.vocab_size
+        return _Slots(len(caches), caches[0].capacity if caches else 0, [len(c) for c in caches], vocab_size)
+    if isinstance(engine, BatchedSlots):
+        cache, vocab_size = engine.cache, engine.model.config.vocab_size
+        return _Slots(engine.n_slots, cache.capacity, list(cache.host_lengths), vocab_size)
+    raise TypeError(
+        f"engine: expected batch slots from batch_slots(model, n_slots, capacity), "
+        f"got {type(engine).__name__}"
+    )
+
+
+def _check_record(r: Any, where: str, slots: _Slots | None = None) -> None:
+    """One RequestRecord on its own: ints where ints belong, a prompt of token ids, chunks that
+    add up to at most the prompt, a first token exactly when the prompt has run, no more tokens
+    than it asked for, and (given the slots) room in a slot for all of it."""
+    if not isinstance(r, RequestRecord):
+        raise TypeError(f"{where}: expected a RequestRecord, got {type(r).__name__}")
+    vocab_size = slots.vocab_size if slots is not None else 2**63 - 1
+    try:
+        check_int("arrival_step", r.arrival_step, 0)
+        n_prompt = len(check_token_ids(r.prompt_ids, vocab_size, "prompt_ids"))
+        check_int("max_new_tokens", r.max_new_tokens, 1)
+        if r.tokens:
+            check_token_ids(r.tokens, vocab_size, "tokens")
+        for chunk in r.chunks:
+            if not (isinstance(chunk, tuple) and len(chunk) == 2):
+                raise TypeError(f"chunks: expected (step, n_new) pairs, got {chunk!r}")
+            check_int("chunks", chunk[1], 1)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{where}: {err}") from None
+    if r.n_prefilled > n_prompt:
+        raise ValueError(
+            f"{where}: chunks: expected at most its {n_prompt} prompt tokens, got {r.n_prefilled}"
+        )
+    if bool(r.tokens) != (r.n_prefilled == n_prompt) or len(r.tokens) > r.max_new_tokens:
+        raise ValueError(
+            f"{where}: tokens: expected a first token once the whole prompt has run and at most "
+            f"{r.max_new_tokens} in all, got {len(r.tokens)} after {r.n_prefilled} of {n_prompt} "
+            "prompt tokens"
+        )
+    needed = positions_needed(n_prompt, r.max_new_tokens)
+    if slots is not None and needed > slots.capacity:
+        raise ValueError(
+            f"{where}: prompt of {n_prompt} + {r.max_new_tokens} new tokens needs {needed} positions, "
+            f"more than a slot's capacity {slots.capacity}"
+        )
+
+
+def _check_running(running: Any, slots: _Slots, n_slots: int) -> None:
+    """The running requests: a dict slot -> RequestRecord, each in its own slot below ``n_slots``,
+    and each slot holding exactly the positions its request has run."""
+    if not isinstance(running, dict):
+        raise TypeError(f"running: expected a dict slot -> RequestRecord, got {type(running).__name__}")
+    seen: set[int] = set()
+    for slot, r in running.items():
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < n_slots:
+            raise ValueError(f"running: expected slots in [0, {n_slots}), got {slot!r}")
+        where = f"running: slot {slot}"
+        _check_record(r, where, slots)
+        if id(r) in seen or r.slot != slot:
+            raise ValueError(
+                f"{where}: expected its request, in no other slot, got one that says slot {r.slot}"
+            )
+        seen.add(id(r))
+        cached = r.length - 1 if r.tokens else r.n_prefilled
+        if r.n_prefilled and slots.held[slot] != cached:
+            raise ValueError(
+                f"{where}: expected the slot to hold the {cached} positions its request has run, "
+                f"got {slots.held[slot]}"
+            )
+
+
+def _check_waiting(waiting: Any, running: dict[int, RequestRecord], slots: _Slots) -> None:
+    """The queue: a deque of requests that have not started, in arrival order."""
+    if not isinstance(waiting, deque):
+        raise TypeError(
+            f"waiting: expected a deque of RequestRecord in arrival order, got {type(waiting).__name__}"
+        )
+    seen = {id(r) for r in running.values()}
+    last = 0
+    for i, r in enumerate(waiting):
+        where = f"waiting: request {i}"
+        _check_record(r, where, slots)
+        if r.tokens or r.chunks or id(r) in seen:
+            raise ValueError(f"{where}: expected a request that has not started, got one running or run")
+        if r.arrival_step < last:
+            raise ValueError(f"{where}: expected the queue in arrival order, got arrival_step "
+                             f"{r.arrival_step} after {last}")  # fmt: skip
+        seen.add(id(r))
+        last = r.arrival_step
+
+
+def check_step(
+    engine: Any, running: Any, waiting: Any, n_slots: Any, step: Any, policy: Any, max_step_tokens: Any
+) -> None:
+    """``serve_step``'s arguments, checked before anything runs: a TypeError/ValueError naming the
+    first that is wrong (``engine``, ``n_slots``, ``step``, ``policy``, ``max_step_tokens``,
+    ``running``, ``waiting``), and nothing changed."""
+    slots = _slots(engine)
+    try:
+        n_slots = check_int("n_slots", n_slots, 1, slots.n)
+    except ValueError as err:
+        raise ValueError(f"{err} (the engine has {slots.n} slots)") from None
+    step = check_int("step", step, 0)
+    check_choice("policy", policy, POLICIES)
+    if max_step_tokens is not None:
+        check_budget(max_step_tokens, n_slots)
+    _check_running(running, slots, n_slots)
+    ran = [(r.start_step, r.admit_step, r.finish_step, *(s for s, _ in r.chunks)) for r in running.values()]
+    last = max((s for steps in ran for s in steps), default=-1)
+    if step <= last:
+        raise ValueError(
+            f"step: expected a step after the last one the running requests saw ({last}), got {step}"
+        )
+    _check_waiting(waiting, running, slots)
+
+
+def check_run_chunks(engine: Any, running: Any, chunks: Any, step: Any) -> None:
+    """``run_chunks``'s arguments, checked before any chunk runs: each chunk (slot, n_new) is a
+    running request's and at most the prompt tokens it has left (after the chunks before it)."""
+    slots = _slots(engine)
+    check_int("step", step, 0)
+    _check_running(running, slots, slots.n)
+    if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Sequence):
+        raise TypeError(f"chunks: expected a list of (slot, n_new), got {type(chunks).__name__}")
+    prefilled = {slot: r.n_prefilled for slot, r in running.items()}
+    for i, chunk in enumerate(chunks):
+        where = f"chunks: chunk {i}"
+        if isinstance(chunk, (str, bytes)) or not isinstance(chunk, Sequence) or len(chunk) != 2:
+            raise TypeError(f"{where}: expected a pair (slot, n_new), got {chunk!r}")
+        try:
+            slot, n_new = check_int("slot", chunk[0]), check_int("n_new", chunk[1], 1)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{where}: {err}") from None
+        if slot not in running:
+            raise ValueError(f"{where}: expected the slot of a running request {sorted(running)}, got {slot}")
+        left = len(running[slot].prompt_ids) - prefilled[slot]
+        if n_new > left:
+            raise ValueError(
+                f"{where}: expected at most the {left} prompt tokens slot {slot} has left, got {n_new}"
+            )
+        prefilled[slot] += n_new
+
+
+def check_take_chunks(running: Any, n_decoding: Any, max_step_tokens: Any) -> None:
+    """``take_chunks``'s arguments: running requests whose chunks add up, a count of decoding
+    requests among them, and a budget that is None or an int >= 0."""
+    if not isinstance(running, dict):
+        raise TypeError(f"running: expected a dict slot -> RequestRecord, got {type(running).__name__}")
+    for slot, r in running.items():
+        _check_record(r, f"running: slot {slot!r}")
+    check_int("n_decoding", n_decoding, 0, len(running))
+    if max_step_tokens is not None:
+        check_int("max_step_tokens", max_step_tokens, 0)
+
+
+# What the package offers as serve_step, run_chunks and take_chunks: each checks its arguments
+# first, then runs the function above, the mechanism the book shows (``inspect.getsource``
+# follows ``__wrapped__`` to it).
+serve_step = checked_by(check_step)(serve_step)
+run_chunks = checked_by(check_run_chunks)(run_chunks)
+take_chunks = checked_by(check_take_chunks)(take_chunks)
 
 
 def serve(

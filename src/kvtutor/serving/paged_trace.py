@@ -30,7 +30,8 @@ import numpy as np
 
 from ..caches.paged import BlockAllocator, PagedKVPool
 from ..caches.prefix import PrefixCachingAllocator, PrefixCachingPool, block_hashes
-from ..validate import check_int
+from ..models.gpt2 import NumpyDecoder
+from ..validate import check_choice, check_int, check_real, check_seed, check_token_ids
 
 __all__ = ["Request", "random_trace", "shared_prefix_trace", "TraceResult", "simulate_trace"]
 
@@ -58,12 +59,16 @@ def random_trace(
     """
     check_int("n_requests", n_requests, 1)
     check_int("max_seq_len", max_seq_len, 4)
-    rng = np.random.default_rng(seed)
-    mean_output = max_seq_len / 8 if mean_output is None else mean_output
+    rng = np.random.default_rng(check_seed(seed))
+    mean_gap = check_real("mean_gap", mean_gap, 0)
+    # a geometric length has a mean >= 1
+    mean_output = (
+        max(1.0, max_seq_len / 8) if mean_output is None else check_real("mean_output", mean_output, 1)
+    )
     trace, t = [], 0.0
     for _ in range(n_requests):
         t += rng.exponential(mean_gap)
-        prompt = int(min(rng.geometric(8 / max_seq_len), max_seq_len // 2))
+        prompt = int(min(rng.geometric(min(1.0, 8 / max_seq_len)), max_seq_len // 2))
         output = int(min(rng.geometric(1 / mean_output), max_seq_len - prompt))
         trace.append(Request(int(t), prompt, output))
     return trace
@@ -93,14 +98,12 @@ def shared_prefix_trace(
     check_int("vocab_size", vocab_size, 1)
     check_int("max_seq_len", max_seq_len, 3)
     check_int("prefix_len", prefix_len, 1, max_seq_len - 2)
-    for name, value in (("mean_gap", mean_gap), ("mean_suffix", mean_suffix), ("mean_output", mean_output)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
-        if not (value >= (0 if name == "mean_gap" else 1) and math.isfinite(value)):
-            raise ValueError(
-                f"{name}: expected a finite number >= {0 if name == 'mean_gap' else 1}, got {value}"
-            )
-    rng = np.random.default_rng(seed)
+    mean_gap = check_real("mean_gap", mean_gap, 0)
+    mean_suffix, mean_output = (
+        check_real("mean_suffix", mean_suffix, 1),
+        check_real("mean_output", mean_output, 1),
+    )
+    rng = np.random.default_rng(check_seed(seed))
     prefixes = [tuple(rng.integers(0, vocab_size, prefix_len).tolist()) for _ in range(n_prefixes)]
     weights = 1.0 / np.arange(1, n_prefixes + 1)
     trace, t = [], 0.0
@@ -219,8 +222,13 @@ def simulate_trace(
     random ones), a ``PagedKVCache`` (a ``PrefixCachedSequence`` with prefix caching, a
     ``PreallocatedKVCache`` for ``"contiguous"``) and greedy decoding, and reserved and used
     positions are read off the caches and the pool.
+
+    Every argument is checked before the replay starts (a TypeError/ValueError naming it): each
+    Request's fields are ints (2.5 output tokens are refused, never rounded) and its prompt_ids
+    the model's token ids, and ``model`` is None or a NumPy model.
     """
     _check_replay(trace, scheme, capacity_tokens, max_seq_len, block_size, model, prefix_caching)
+    seed, max_steps = check_seed(seed), check_int("max_steps", max_steps, 1)
     replay = _Replay(trace, scheme, capacity_tokens, max_seq_len, block_size, model, seed, prefix_caching)
     return replay.run(max_steps)
 
@@ -425,8 +433,12 @@ def _check_replay(
     prefix_caching: Any,
 ) -> None:  # fmt: skip
     """simulate_trace's arguments, or a TypeError/ValueError naming the first that is wrong."""
-    if scheme not in ("contiguous", "paged"):
-        raise ValueError(f"scheme: expected 'contiguous' or 'paged', got {scheme!r}")
+    check_choice("scheme", scheme, ("contiguous", "paged"))
+    if model is not None and not isinstance(model, NumpyDecoder):
+        raise TypeError(
+            f"model: expected None or a NumPy model (GPT2Model, LlamaModel: the replay runs NumPy caches), "
+            f"got {type(model).__name__}"
+        )
     if not isinstance(prefix_caching, bool):
         raise TypeError(f"prefix_caching: expected a bool, got {type(prefix_caching).__name__}")
     if prefix_caching and scheme != "paged":
@@ -461,25 +473,35 @@ def _prompt_ids(trace: list[Request], model: Any, seed: int) -> list[list[int]]:
 
 
 def _check_trace(trace: Any, max_seq_len: int, model: Any) -> None:
-    if not isinstance(trace, (list, tuple)) or not all(isinstance(r, Request) for r in trace):
-        raise TypeError("trace: expected a list of Request")
+    """Each Request of ``trace``: int fields (a count of 2.5 tokens is refused, never rounded), a
+    length that fits ``max_seq_len``, and its own prompt_ids (if any) as token ids of ``model``."""
+    if isinstance(trace, (str, bytes)) or not isinstance(trace, (list, tuple)):
+        raise TypeError(f"trace: expected a list of Request, got {type(trace).__name__}")
+    vocab_size = model.config.vocab_size if model is not None else 2**63 - 1
     for i, r in enumerate(trace):
-        if (
-            r.arrival < 0
-            or r.prompt_len < 1
-            or r.output_len < 1
-            or r.prompt_len + r.output_len > max_seq_len + 1
-        ):
-            raise ValueError(f"trace: request {i} {r} does not fit max_seq_len={max_seq_len}")
+        where = f"trace: request {i}"
+        if not isinstance(r, Request):
+            raise TypeError(f"{where}: expected a Request, got {type(r).__name__}")
+        try:
+            check_int("arrival", r.arrival, 0)
+            check_int("prompt_len", r.prompt_len, 1)
+            check_int("output_len", r.output_len, 1)
+            if not isinstance(r.prompt_ids, tuple):
+                raise TypeError(
+                    f"prompt_ids: expected a tuple of token ids, got {type(r.prompt_ids).__name__}"
+                )
+            if r.prompt_ids:
+                check_token_ids(r.prompt_ids, vocab_size, "prompt_ids")
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{where}: {err}") from None
+        if r.prompt_len + r.output_len > max_seq_len + 1:
+            raise ValueError(
+                f"{where}: expected prompt_len + output_len <= max_seq_len + 1 = {max_seq_len + 1} (the "
+                f"last token is not cached), got {r.prompt_len} + {r.output_len}"
+            )
         if r.prompt_ids and len(r.prompt_ids) != r.prompt_len:
             raise ValueError(
-                f"trace: request {i} expected {r.prompt_len} prompt_ids (its prompt_len), "
-                f"got {len(r.prompt_ids)}"
-            )
-        if r.prompt_ids and model is not None and max(r.prompt_ids) >= model.config.vocab_size:
-            raise ValueError(
-                f"trace: request {i} expected prompt_ids below the model's vocab_size "
-                f"{model.config.vocab_size}, got {max(r.prompt_ids)}"
+                f"{where}: expected {r.prompt_len} prompt_ids (its prompt_len), got {len(r.prompt_ids)}"
             )
 
 

@@ -27,7 +27,16 @@ import numpy as np
 
 from ..models.config import GPT2Config
 from ..models.gpt2 import NumpyDecoder, softmax
-from ..validate import check_max_new_tokens, check_temperature, check_token_id, check_token_ids
+from ..validate import (
+    check_int,
+    check_max_new_tokens,
+    check_real,
+    check_seed,
+    check_temperature,
+    check_token_id,
+    check_token_ids,
+    checked_by,
+)
 from .backends import check_empty_cache, check_model, forward_one, is_torch_model
 
 __all__ = [
@@ -38,6 +47,9 @@ __all__ = [
     "SpeculativeResult",
     "token_probs",
     "verify_draft",
+    "check_distributions",
+    "check_verify",
+    "SUM_TOLERANCE",
     "Draft",
     "ModelDraft",
     "PromptLookupDraft",
@@ -56,6 +68,7 @@ def expected_tokens_per_step(a: float, k: int) -> float:
     Each draft is accepted with probability a until the first rejection; the target pass adds
     one token of its own (the correction, or a bonus token when all k are accepted).
     """
+    _number("a", a, "an acceptance rate in [0, 1]")
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"a: expected an acceptance rate in [0, 1], got {a}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
@@ -74,11 +87,19 @@ def expected_speedup(a: float, k: int, c: float, v: float = 1.0) -> float:
     where decode is memory-bound the pass costs one decode step. Where the arithmetic of the extra
     rows shows (a CPU), pass the measured v.
     """
+    _number("c", c, "a cost ratio >= 0")
+    _number("v", v, "a cost ratio > 0")
     if not c >= 0:
         raise ValueError(f"c: expected a cost ratio >= 0, got {c}")
     if not v > 0:
         raise ValueError(f"v: expected a cost ratio > 0, got {v}")
     return expected_tokens_per_step(a, k) / (k * c + v)
+
+
+def _number(name: str, value: Any, want: str) -> None:
+    """A TypeError naming ``name`` unless ``value`` is a number (a NumPy scalar too, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected {want}, got {type(value).__name__} {value!r}")
 
 
 # ---------------------------------------------------------------- speculative decoding: one round
@@ -138,6 +159,60 @@ def verify_draft(
     return len(draft_tokens), _draw(p_TV[len(draft_tokens)], rng)
 
 
+#: how far a probability row's sum may be from 1 (float32 softmax rounding over a large vocabulary)
+SUM_TOLERANCE = 1e-4
+
+
+def check_distributions(probs_KV: np.ndarray, name: str, tokens: Sequence[int] = ()) -> None:
+    """A ValueError naming ``name`` unless each row of ``probs_KV`` is a probability distribution
+    (finite, non-negative, summing to 1 within ``SUM_TOLERANCE``: log-probabilities or logits are
+    refused, never used as probabilities) and row i gives ``tokens[i]``, a guess drawn from it, a
+    probability above 0."""
+    total_K, low_K = probs_KV.sum(axis=-1), probs_KV.min(axis=-1)  # NaN or inf fail the sum's test
+    good_K = (low_K >= 0) & (np.abs(total_K - 1) <= SUM_TOLERANCE)
+    if not good_K.all():
+        i = int(np.argmin(good_K))
+        raise ValueError(
+            f"{name}: expected probabilities (finite, >= 0, summing to 1) in row {i}, got a row that "
+            f"sums to {total_K[i]:.6g} with a smallest entry {low_K[i]:.6g} (log-probabilities?)"
+        )
+    for i, token in enumerate(tokens):
+        if not probs_KV[i, token] > 0:
+            raise ValueError(f"{name}: expected draft token {i} ({token}) to have a probability > 0, got 0")
+
+
+def check_verify(p_TV: Any, q_KV: Any, draft_tokens: Any, rng: Any) -> None:
+    """``verify_draft``'s arguments, before any is used: ``p_TV`` k + 1 (or more) rows of
+    probabilities over V tokens, ``draft_tokens`` k token ids, ``q_KV`` None or k (or more) rows
+    of probabilities that give each guess a chance above 0, ``rng`` a NumPy Generator; else a
+    TypeError/ValueError naming the argument."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng: expected a NumPy Generator (np.random.default_rng), got {type(rng).__name__}")
+    p = np.asarray(p_TV)
+    if not np.issubdtype(p.dtype, np.floating):
+        raise TypeError(f"p_TV: expected floating probabilities [k+1, V], got dtype {p.dtype}")
+    if p.ndim != 2:
+        raise ValueError(f"p_TV: expected probabilities [k+1, V], got shape {list(p.shape)}")
+    if isinstance(draft_tokens, (str, bytes)) or not isinstance(draft_tokens, Sequence):
+        raise TypeError(f"draft_tokens: expected a list of token ids, got {type(draft_tokens).__name__}")
+    tokens = [check_token_id(t, p.shape[1], "draft_tokens") for t in draft_tokens]
+    if len(p) < len(tokens) + 1:
+        raise ValueError(
+            f"p_TV: expected k + 1 = {len(tokens) + 1} rows for {len(tokens)} draft tokens, got {len(p)}"
+        )
+    check_distributions(p[: len(tokens) + 1], "p_TV")
+    if q_KV is not None:
+        q = np.asarray(q_KV)
+        if q.ndim != 2 or q.shape[1] != p.shape[1] or len(q) < len(tokens):
+            want = f"[k={len(tokens)}, V={p.shape[1]}]"
+            raise ValueError(f"q_KV: expected probabilities {want} or None, got shape {list(q.shape)}")
+        check_distributions(q[: len(tokens)], "q_KV", tokens)
+
+
+# what the package offers as verify_draft: its arguments checked, then the rule the book shows
+verify_draft = checked_by(check_verify)(verify_draft)
+
+
 # ---------------------------------------------------------------- speculative decoding: drafts
 
 
@@ -157,13 +232,20 @@ class Draft(Protocol):
 
 
 class ModelDraft:
-    """A small language model as the draft: k decode steps on its own cache, one token each."""
+    """A small language model as the draft: k decode steps on its own cache, one token each.
+
+    One draft serves run after run: ``speculative_run`` calls ``reset`` first, so ``calls`` counts
+    the forward passes of the current run (or of the last one) only."""
 
     def __init__(self, model: Any) -> None:
         check_model(model, "model")
         self.model = model
         self.cache: Any = None
-        self.calls = 0  # forward passes run
+        self.calls = 0  # forward passes run since the last reset
+
+    def reset(self) -> None:
+        """Forget every earlier run: no cache (a new one is made on the next proposal), no calls."""
+        self.cache, self.calls = None, 0
 
     def propose(
         self, seq: list[int], k: int, temperature: float, rng: np.random.Generator
@@ -266,10 +348,18 @@ class CoinDraft(ModelDraft):
         super().__init__(model)
         vocab_size = self.model.config.vocab_size
         self.reference = [int(t) for t in check_token_ids(reference_ids, vocab_size, "reference_ids")]
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
-            raise ValueError(f"a: expected an acceptance rate in [0, 1], got {a!r}")
-        self.a = float(a)
-        self.coin = np.random.default_rng(seed)
+        try:
+            self.a = check_real("a", a, 0.0, 1.0)
+        except ValueError:
+            raise ValueError(f"a: expected an acceptance rate in [0, 1], got {a!r}") from None
+        self.seed = check_seed(seed)
+        self.coin = np.random.default_rng(self.seed)
+
+    def reset(self) -> None:
+        """``ModelDraft.reset``, and the coin starts again from its seed: a reused draft guesses
+        as a new one would."""
+        super().reset()
+        self.coin = np.random.default_rng(self.seed)
 
     def guess(
         self, logits_1V: Any, position: int, temperature: float, rng: np.random.Generator
@@ -357,7 +447,9 @@ def _check_proposal(proposal: Any, k_round: int, vocab_size: int) -> tuple[list[
             f"draft: propose() must return probabilities [k={len(tokens)}, V={vocab_size}] or None, "
             f"got {shape}"
         )
-    return tokens, q[: len(tokens)]
+    q = q[: len(tokens)]
+    check_distributions(q, "draft", tokens)
+    return tokens, q
 
 
 def _as_draft(draft: Any, target_cfg: GPT2Config) -> Draft:
@@ -451,11 +543,12 @@ def speculative_run(
     drafter = _as_draft(draft, target_cfg)
     token_ids = check_token_ids(prompt_ids, target_cfg.vocab_size, "prompt_ids")
     prompt = [int(t) for t in token_ids]
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k: expected an int, got {type(k).__name__}")
+    k = check_int("k", k)
     if k < 0:
         raise ValueError(f"k: expected an int >= 0 (0 = plain decoding), got {k}")
     temperature = check_temperature(temperature)
+    if seed is not None:
+        seed = check_seed(seed)
     cache_given = cache is not None
     if cache is None:
         cache = target.new_cache()
@@ -467,12 +560,18 @@ def speculative_run(
         draft_max_len = drafter.model.config.max_seq_len
         check_max_new_tokens(max_new_tokens, len(prompt), draft_max_len, "the draft's max_seq_len")
     if max_new_tokens == 0:
-        return SpeculativeResult([], int(k))
+        return SpeculativeResult([], k)
+    # a run starts the draft afresh: a reused draft forgets the earlier run's context (and a
+    # ModelDraft its count and a CoinDraft its coin), so it guesses as a new one would
+    if isinstance(drafter, ModelDraft):
+        drafter.reset()
+    else:
+        drafter.rollback(0)
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
     try:
         checked = _CheckedDraft(drafter, target_cfg.vocab_size)
-        result = speculative_loop(target, checked, prompt, max_new_tokens, int(k), temperature, rng, cache)
+        result = speculative_loop(target, checked, prompt, max_new_tokens, k, temperature, rng, cache)
     except (TypeError, ValueError):
         # a draft that fails part-way: the cache is left empty, as it came
         cache.truncate(0)
