@@ -271,3 +271,263 @@ def test_calculator_refuses_bad_arguments():
     for kwargs, error, message in cases:
         with pytest.raises(error, match=message):
             kv_calculator(**kwargs)
+
+
+# ---------------------------------------------------------------- NumPy numbers at the call
+
+
+def test_widgets_take_numpy_numbers_and_refuse_bools():
+    """NumPy ints and floats are numbers (the page's JSON then holds Python ones); bools and
+    strings are refused at the call, by the argument's name."""
+    calc = kv_calculator(
+        seq_len=np.int64(4096), batch=np.int32(3), memory_gib=np.float64(40.5), window=np.int16(512)
+    )
+    assert calc.data["defaults"] | {} == {
+        **calc.data["defaults"], "seq_len": 4096, "batch": 3, "memory_gib": 40.5, "window": 512,
+    }  # fmt: skip
+    assert [type(calc.data["defaults"][k]) for k in ("seq_len", "batch", "memory_gib", "window")] == [
+        int,
+        int,
+        float,
+        int,
+    ]
+    assert json.loads(calc.to_json())["defaults"]["memory_gib"] == 40.5
+    assert kv_calculator(memory_gib=np.int64(80)).to_json() == kv_calculator().to_json()
+    stepper = cache_stepper(n_steps=np.int64(2), digits=np.int64(2))
+    assert stepper.data["digits"] == 2 and len(stepper.data["steps"]) == 2 and "np." not in stepper.to_json()
+    assert repr(stepper) == "<kvtutor cache stepper: 2 decode steps of 'The cat sat'>"
+    refused = [
+        (kv_calculator, {"seq_len": True}, TypeError, "seq_len: expected an int, got bool"),
+        (kv_calculator, {"batch": np.bool_(True)}, TypeError, "batch: expected an int, got bool"),
+        (kv_calculator, {"window": 2.0}, TypeError, "window: expected an int, got float"),
+        (
+            kv_calculator,
+            {"memory_gib": np.bool_(True)},
+            TypeError,
+            "memory_gib: expected a number of GiB, got bool",
+        ),
+        (
+            kv_calculator,
+            {"memory_gib": np.float64("nan")},
+            ValueError,
+            "memory_gib: expected a finite number",
+        ),
+        (cache_stepper, {"digits": True}, TypeError, "digits: expected an int, got bool"),
+        (cache_stepper, {"n_steps": np.float64(2)}, TypeError, "n_steps: expected an int, got float64"),
+        (cache_stepper, {"n_steps": "2"}, TypeError, "n_steps: expected an int, got str"),
+    ]
+    for make, kwargs, error, message in refused:
+        with pytest.raises(error, match=message):
+            make(**kwargs)
+
+
+def test_stepper_refuses_a_prompt_that_fills_the_model():
+    tok = kvtutor.load_toy_tokenizer()
+    long_prompt = " ".join(["the"] * kvtutor.TOY_CONFIG.max_seq_len)
+    assert len(tok.encode(long_prompt)) == kvtutor.TOY_CONFIG.max_seq_len
+    with pytest.raises(
+        ValueError, match="prompt: expected fewer than the model's 16 positions .*, got 16 tokens"
+    ):
+        cache_stepper_data(prompt=long_prompt)
+
+
+def test_every_widget_has_a_fallback_in_both_editions():
+    for widget in (cache_stepper(n_steps=1), kv_calculator(["gpt2"], model="gpt2")):
+        html_text = widget.to_html()
+        assert '<div class="kvtutor-fallback">' in html_text
+        assert 'class="kvt-lang-en"' in html_text and 'class="kvt-lang-zh"' in html_text
+        assert "JavaScript" in html_text
+
+
+# ---------------------------------------------------------------- the scheduler replays
+
+
+@pytest.fixture(scope="module")
+def serving_export():
+    from kvtutor.book.scheduler_widget import serving_replay
+
+    return serving_replay()
+
+
+@pytest.fixture(scope="module")
+def paged_export():
+    from kvtutor.book.paged_widget import paged_replay
+
+    return paged_replay()
+
+
+def test_serving_replay_is_run_serving_step_by_step(serving_export):
+    """Every exported step against run_serving run again here: the StepRecord's counts, each
+    request's chunks, decodes and cache positions (against the step's chunks and contexts), the
+    slots held, and TTFT and TPOT against latency_summary and token_times."""
+    from kvtutor import serving
+    from kvtutor.book.scheduler_widget import STATES, serving_runs
+
+    data = serving_export.data
+    runs = serving_runs()
+    assert [r["id"] for r in data["runs"]] == [
+        "toy-static-whole", "toy-continuous-whole", "long-static-whole", "long-continuous-whole",
+        "long-continuous-32", "long-continuous-16",
+    ]  # fmt: skip
+    for run, exported in zip(runs, data["runs"], strict=True):
+        trace = serving.run_serving(run["model"], run["requests"], run["max_batch_size"], run["policy"],
+                                    run["max_step_tokens"])  # fmt: skip
+        where = exported["id"]
+        assert len(exported["steps"]) == len(exported["cells"]) == trace.n_steps, where
+        given_before = [0] * len(trace.requests)
+        for s, step, cells in zip(trace.steps, exported["steps"], exported["cells"], strict=True):
+            states = [STATES[c[0]] for c in cells]
+            assert step == {
+                **step,
+                "step": s.step,
+                "held": s.held,
+                "first": s.prefilled,
+                "decoded": s.decoded,
+                "prompt": s.prompt_tokens,
+                "run": s.batched_tokens,
+                "given": s.tokens,
+            }, where
+            chunks = sorted(
+                (c[1], c[2] - c[1]) for c, st in zip(cells, states, strict=True) if st in ("chunk", "first")
+            )
+            assert chunks == sorted(s.chunks), (where, s.step)
+            decodes = sorted(c[2] for c, st in zip(cells, states, strict=True) if st == "decode")
+            assert decodes == sorted(s.contexts) and all(
+                c[1] == 1 for c, st in zip(cells, states, strict=True) if st == "decode"
+            )
+            assert states.count("first") == s.prefilled and sum(c[4] >= 0 for c in cells) == s.held
+            assert sum(c[3] for c in cells) - sum(given_before) == s.tokens
+            slots = [c[4] for c in cells if c[4] >= 0]
+            assert len(slots) == len(set(slots)) and all(0 <= x < run["max_batch_size"] for x in slots)
+            given_before = [c[3] for c in cells]
+        assert given_before == [len(r.tokens) for r in trace.requests], where
+        summary = serving.latency_summary(trace, run["clock"])
+        for r, lat, mine in zip(trace.requests, summary.requests, exported["latency"], strict=True):
+            assert mine["ttft_steps"] == lat.ttft_steps == r.first_token_steps
+            assert (
+                len(mine["tpot_steps"]) == len(r.tokens) - 1 and mine["tpot_steps"][-1] == lat.tpot_steps == 1
+            )
+        if run["clock"] is not None:
+            ms = serving.step_durations(trace, run["clock"]) * 1e3
+            assert [s["ms"] for s in exported["steps"]] == [round(x, 2) for x in ms]
+            assert exported["steps"][-1]["elapsed_ms"] == round(ms.sum(), 2)
+            times = serving.token_times(trace, run["clock"])
+            for lat, mine, t in zip(summary.requests, exported["latency"], times, strict=True):
+                assert mine["ttft_ms"] == round(lat.ttft_s * 1e3, 2)
+                assert mine["tpot_ms"][-1] == round(lat.tpot_s * 1e3, 2)
+                assert mine["tpot_ms"][0] == round((t[1] - t[0]) * 1e3, 2)
+            assert exported["totals"]["tpot_ms_p50"] == round(summary.percentiles["tpot_s"][50] * 1e3, 2)
+        assert (
+            exported["totals"]["n_steps"] == trace.n_steps
+            and exported["totals"]["n_tokens"] == trace.n_tokens
+        )
+    toy = next(t for t in data["traces"] if t["id"] == "toy")
+    model, tok = kvtutor.load_toy_model(), kvtutor.load_toy_tokenizer()
+    for req, (_, prompt, n) in zip(toy["requests"], runs[0]["requests"], strict=True):
+        assert req["words"] == [tok.vocab[i] for i in model.generate(prompt, n)] and req[
+            "text"
+        ] == tok.decode(prompt)
+
+
+def test_serving_replay_shows_what_the_chapter_claims(serving_export):
+    """The exported runs hold the contrasts the page is there to show."""
+    runs = {r["id"]: r for r in serving_export.data["runs"]}
+    assert runs["toy-continuous-whole"]["totals"]["n_steps"] < runs["toy-static-whole"]["totals"]["n_steps"]
+    whole, chunked = runs["long-continuous-whole"], runs["long-continuous-32"]
+    assert max(s["run"] for s in whole["steps"]) > 32 >= max(s["run"] for s in chunked["steps"])
+    assert chunked["totals"]["max_gap_ms_p99"] < whole["totals"]["max_gap_ms_p99"]
+    assert all(s["run"] <= 16 for s in runs["long-continuous-16"]["steps"])
+
+
+def test_serving_replay_is_the_same_every_time_and_has_a_figure(serving_export):
+    from kvtutor.book.scheduler_widget import serving_replay
+
+    assert serving_replay().to_html() == serving_export.to_html()
+    assert repr(serving_export) == "<kvtutor scheduler replay: 6 runs of 2 traces>"
+    div, data = parsed(serving_export)
+    assert div["data-kvtutor-widget"] == "serving-replay" and data == serving_export.data
+    fallback = serving_export.fallback
+    assert fallback.count("<svg") == 2 and "kvt-lang-zh" in fallback
+    assert (
+        "Continuous batching of the 5 toy requests on 2 slots" in fallback
+        and "玩具模型的 5 个请求" in fallback
+    )
+    # one cell per (request, step) of the toy continuous run, drawn where the request is present
+    run = next(r for r in data["runs"] if r["id"] == "toy-continuous-whole")
+    present = sum(1 for row in run["cells"] for c in row if c[0] not in (0, 7))
+    assert fallback.count("<rect") == 2 * present + 2 * len(
+        {c[0] for row in run["cells"] for c in row} - {0, 7}
+    )
+
+
+def test_paged_replay_is_simulate_trace_step_by_step(paged_export):
+    from kvtutor.book.paged_widget import BLOCK_SIZE, MAX_SEQ_LEN, PAGED_STATES, paged_runs
+    from kvtutor.serving.paged_trace import simulate_trace
+
+    data = paged_export.data
+    assert [r["id"] for r in data["runs"]] == ["random-plain", "shared-plain", "shared-prefix"]
+    for run, exported in zip(paged_runs(), data["runs"], strict=True):
+        real = simulate_trace(run["requests"], "paged", run["capacity_tokens"], MAX_SEQ_LEN, BLOCK_SIZE,
+                              prefix_caching=run["prefix_caching"])  # fmt: skip
+        steps, cells = exported["steps"], exported["cells"]
+        assert len(steps) == real.steps
+        assert [s["running"] for s in steps] == real.running
+        assert [s["reserved"] for s in steps] == real.reserved and [s["used"] for s in steps] == real.used
+        n_blocks = run["capacity_tokens"] // BLOCK_SIZE
+        preempted = 0
+        for s, row in zip(steps, cells, strict=True):
+            held = [b for b in s["pool"] if b and b != [-1]]
+            assert len(held) * BLOCK_SIZE == s["reserved"] and s["free"] == n_blocks - len(held)
+            assert s["cached_free"] == sum(b == [-1] for b in s["pool"]) and (
+                run["prefix_caching"] or not s["cached_free"]
+            )
+            for i, c in enumerate(row):
+                assert c[1] == sum(i in b for b in held), (exported["id"], i)
+            assert sum(c[2] for c in row) == s["used"]
+            assert sum(PAGED_STATES[c[0]] in ("admitted", "running", "finished") for c in row) == s["running"]
+            preempted += len(s["preempted"])
+            assert s["preemptions"] == preempted
+        x = exported["totals"]
+        assert (x["preemptions"], x["evictions"], x["first_prefill_tokens"], x["first_cached_tokens"]) == (
+            real.preemptions,
+            real.evictions,
+            real.first_prefill_tokens,
+            real.first_cached_tokens,
+        )
+        assert (
+            steps[-1]["cached_tokens"] == real.cached_tokens
+            and steps[-1]["prompt_tokens"] == real.prompt_tokens
+        )
+    runs = {r["id"]: r for r in data["runs"]}
+    assert runs["random-plain"]["totals"]["preemptions"] > 0  # the trace is there to show them
+    assert (
+        runs["shared-prefix"]["totals"]["first_cached_sum"]
+        > 0
+        == runs["shared-plain"]["totals"]["first_cached_sum"]
+    )
+    assert runs["shared-prefix"]["totals"]["evictions"] > 0
+
+
+def test_paged_replay_refuses_to_differ_from_simulate_trace(monkeypatch):
+    """The replay's guard: a step count that differs from simulate_trace's stops the export."""
+    from kvtutor.book import paged_widget
+
+    real = paged_widget.simulate_trace
+
+    def off_by_one(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.used[3] += 1
+        return result
+
+    monkeypatch.setattr(paged_widget, "simulate_trace", off_by_one)
+    run = paged_widget.paged_runs()[0]
+    with pytest.raises(RuntimeError, match=r"paged replay: used differs from simulate_trace's"):
+        paged_widget.paged_steps(run["requests"], run["capacity_tokens"], run["prefix_caching"])
+
+
+def test_paged_replay_is_the_same_every_time(paged_export):
+    from kvtutor.book.paged_widget import paged_replay
+
+    assert paged_replay().to_html() == paged_export.to_html()
+    assert repr(paged_export) == "<kvtutor paged-pool replay: 3 runs of 2 traces>"
+    assert paged_export.fallback.count("<svg") == 2

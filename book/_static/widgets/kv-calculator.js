@@ -1,20 +1,30 @@
-/* The KV calculator: a bundled model (or typed config numbers), a context length, a batch, the
-   KV dtype with its scales, an optional window and a memory budget -> bytes per token, per
-   sequence, for the batch, and the largest batch that fits beside the weights. The models and the
-   constants (bits per number, scale formats) are exported by kvtutor.book.widgets.kv_calculator;
-   this file holds only the arithmetic of kvtutor.measure.memory.kv_memory, in exact integers
-   (BigInt), so that every number equals `python -m kvtutor kv-memory ... --json`.
-   Needs kv-widgets.js first. */
+/* The KV calculator: a bundled model, a pasted config.json (read by kv-config.js with the rules of
+   kvtutor.models.hf_config) or typed config numbers, a context length, a batch, the KV dtype with
+   its scales, an optional window and a memory budget -> bytes per token, per sequence, for the
+   batch, and the largest batch that fits beside the weights. The models and the constants (bits
+   per number, scale formats) are exported by kvtutor.book.widgets.kv_calculator; this file holds
+   only the arithmetic of kvtutor.measure.memory.kv_memory, in exact integers (BigInt), so that
+   every number equals `python -m kvtutor kv-memory ... --json`. A refused input blanks every
+   result that depends on it (and only those), and the message names the field and its unit.
+   Needs kv-widgets.js and kv-config.js first. */
 (function () {
   "use strict";
   const W = window.kvtutorWidgets;
   const { el, fill, grouped, formatBytes } = W;
+  const MAX_PARAMS_B = 1000000; // a million billion parameters: far past any model, and exact in BigInt
 
   const LABELS = {
     en: {
       title: "KV calculator",
       model: "Model",
       custom: "your own numbers",
+      pasted: "from config.json: {name}",
+      notRead: "from config.json (not read)",
+      configBox: "config.json: paste a model's, or load a bundled one to edit",
+      loadBundled: "load a bundled config.json",
+      loadNone: "\u2014",
+      read: "Read config.json",
+      readDone: "Read {name} ({type}).",
       n_layers: "layers L",
       n_heads: "query heads H",
       n_kv_heads: "KV heads H_kv",
@@ -52,10 +62,12 @@
       kv_scale_bytes_per_token: "of which scales",
       kv_bytes_per_token_decompressed: "if the heads were stored expanded",
       kv_bytes_per_sequence: "KV per sequence ({s} tokens)",
+      kv_bytes_per_sequence_plain: "KV per sequence",
       kv_bytes_per_sequence_full: "without the window",
       kv_bytes_per_sequence_bf16: "the same in bf16",
       kv_scale_bytes_fixed: "fp8 scales (once per cache)",
       kv_bytes_total: "KV for the batch ({b} \u00d7 {s})",
+      kv_bytes_total_plain: "KV for the batch",
       weights_bytes: "weights",
       total_bytes: "weights + KV",
       memory_bytes: "memory",
@@ -68,15 +80,32 @@
       barKV: "KV cache",
       barFree: "free",
       error: "{field}: expected {what}, got \u201c{got}\u201d",
-      positiveInt: "a whole number \u2265 {low}",
-      positiveNumber: "a number of GiB > 0",
-      divisor: "a divisor of the query heads ({h})",
-      rope: "1 .. head dim \u2212 1 with a latent",
+      blankNote: "Results that need a refused value are left blank (\u2014).",
+      count: "a whole number of {unit} from {low} to {max}",
+      countOrNone: "a whole number of {unit} from {low} to {max}, or nothing for no window",
+      u_layers: "layers",
+      u_heads: "heads",
+      u_dims: "dimensions per head",
+      u_latent: "latent dimensions",
+      u_rotary: "rotary dimensions",
+      u_tokens: "tokens",
+      u_sequences: "sequences",
+      params_what: "a number of billions of parameters above 0 and at most {max}",
+      memory_what: "a number of GiB above 0 and at most {max}",
+      divisor: "a number of heads that divides the {h} query heads",
+      rope: "a whole number of rotary dimensions from 1 to head dim \u2212 1 = {max} with a latent",
     },
     zh: {
       title: "KV 计算器",
       model: "模型",
       custom: "自己填写的数值",
+      pasted: "来自 config.json：{name}",
+      notRead: "来自 config.json（未能读取）",
+      configBox: "config.json：粘贴一个模型的配置，或载入一个内置配置来修改",
+      loadBundled: "载入内置的 config.json",
+      loadNone: "\u2014",
+      read: "读取 config.json",
+      readDone: "已读取 {name}（{type}）。",
       n_layers: "层数 L",
       n_heads: "查询头 H",
       n_kv_heads: "KV 头 H_kv",
@@ -114,10 +143,12 @@
       kv_scale_bytes_per_token: "其中缩放因子",
       kv_bytes_per_token_decompressed: "若按展开后的各头保存",
       kv_bytes_per_sequence: "每个序列的 KV（{s} 个词元）",
+      kv_bytes_per_sequence_plain: "每个序列的 KV",
       kv_bytes_per_sequence_full: "不用窗口时",
       kv_bytes_per_sequence_bf16: "同样情形用 bf16",
       kv_scale_bytes_fixed: "fp8 缩放因子（整个缓存一份）",
       kv_bytes_total: "整批的 KV（{b} \u00d7 {s}）",
+      kv_bytes_total_plain: "整批的 KV",
       weights_bytes: "权重",
       total_bytes: "权重 + KV",
       memory_bytes: "显存",
@@ -130,16 +161,32 @@
       barKV: "KV 缓存",
       barFree: "空闲",
       error: "{field}：应为{what}，实际为“{got}”",
-      positiveInt: " \u2265 {low} 的整数",
-      positiveNumber: "大于 0 的 GiB 数",
-      divisor: "查询头数（{h}）的约数",
-      rope: "有潜向量时为 1 .. 头维度 \u2212 1",
+      blankNote: "凡是用到被拒绝数值的结果都留空（\u2014）。",
+      count: " {low} 到 {max} 之间的整数（单位：{unit}）",
+      countOrNone: " {low} 到 {max} 之间的整数（单位：{unit}），或留空表示无窗口",
+      u_layers: "层",
+      u_heads: "头",
+      u_dims: "每个头的维数",
+      u_latent: "潜向量维数",
+      u_rotary: "旋转维数",
+      u_tokens: "词元",
+      u_sequences: "序列",
+      params_what: "大于 0、至多 {max} 的十亿参数数",
+      memory_what: "大于 0、至多 {max} 的 GiB 数",
+      divisor: "能整除 {h} 个查询头的头数",
+      rope: "有潜向量时为 1 到头维度 \u2212 1 = {max} 之间的整数（单位：旋转维数）",
     },
   };
 
   const CONFIG_FIELDS = ["n_layers", "n_heads", "n_kv_heads", "d_head", "kv_lora_rank", "qk_rope_head_dim", "params_b"];
+  const SETTING_FIELDS = ["seq_len", "batch", "dtype", "key_scales", "group_size", "weights_dtype", "window", "memory_gib"];
+  const UNITS = { n_layers: "u_layers", n_heads: "u_heads", n_kv_heads: "u_heads", d_head: "u_dims", kv_lora_rank: "u_latent",
+    qk_rope_head_dim: "u_rotary", seq_len: "u_tokens", batch: "u_sequences", group_size: "u_tokens", window: "u_tokens" };
+  const ROW_FIELDS = ["n_layers", "n_heads", "n_kv_heads", "d_head", "d_value", "kv_lora_rank", "qk_rope_head_dim",
+    "n_sliding_layers", "n_params", "max_seq_len"];
   const ceil8 = (bits) => (bits + 7n) / 8n; // whole bytes, rounded up (bits >= 0)
   const min = (a, b) => (a < b ? a : b);
+  const known = (...xs) => xs.every((x) => x !== undefined);
 
   /* [payload, scales, residual] bits of n tokens in one layer (KVQuant.layer_bits); n is a BigInt,
      or null for the cost per token, where per-channel key scales are spread over their group:
@@ -170,31 +217,42 @@
     for (const [layers, n] of layerTokens(m, seq, window)) {
       layerBits(m, q, n).parts.forEach((bits, i) => { total[i] += layers * bits; });
     }
-    const parts = total.map(ceil8);
-    return { payload: parts[0], scales: parts[1], residual: parts[2], total: parts[0] + parts[1] + parts[2] };
+    return total.map(ceil8).reduce((a, b) => a + b, 0n);
   }
 
-  /* kvtutor.measure.memory.kv_memory, the fields the widget shows. */
-  function kvMemory(m, s) {
+  /* kvtutor.measure.memory.kv_memory's fields, each computed only from inputs that were accepted:
+     undefined where one it needs was refused. `m` is the model's KV sizes, `params` its weight
+     count, `s` the settings (each one undefined when refused). */
+  function kvMemory(m, params, s) {
+    const r = {};
     const q = s.quant;
-    const perLayer = layerBits(m, q, null);
-    const token = perLayer.parts.map((bits) => (m.n_layers * bits + 8n * perLayer.den - 1n) / (8n * perLayer.den));
-    const fixed = q.kind === "fp8" ? (m.kv_lora_rank ? 1n : 2n) * m.n_layers * s.fp8ScaleBytes : 0n;
-    const seq = sequenceBytes(m, q, s.seq_len, s.window);
-    const full = sequenceBytes({ ...m, sliding_window: null, n_sliding_layers: 0n }, q, s.seq_len, null).total;
-    const bf16 = sequenceBytes(m, s.bf16, s.seq_len, s.window).total;
-    const total = s.batch * seq.total + fixed;
-    const weights = ceil8(m.n_params * s.weights_bits);
-    const expanded = ceil8(m.n_layers * m.n_kv_heads * (m.d_head + m.d_value) * q.bits);
-    const room = s.memory - weights - fixed;
-    return {
-      kv_bytes_per_token: token[0] + token[1] + token[2], kv_scale_bytes_per_token: token[1],
-      kv_payload_bytes_per_token: token[0],
-      kv_bytes_per_token_decompressed: expanded, kv_bytes_per_sequence: seq.total,
-      kv_bytes_per_sequence_full: full, kv_bytes_per_sequence_bf16: bf16, kv_scale_bytes_fixed: fixed,
-      kv_bytes_total: total, weights_bytes: weights, total_bytes: weights + total, memory_bytes: s.memory,
-      max_batch: room > 0n ? room / seq.total : 0n, fits: weights + total <= s.memory,
-    };
+    if (known(m, q)) {
+      const perLayer = layerBits(m, q, null);
+      const token = perLayer.parts.map((bits) => (m.n_layers * bits + 8n * perLayer.den - 1n) / (8n * perLayer.den));
+      Object.assign(r, { kv_bytes_per_token: token[0] + token[1] + token[2], kv_scale_bytes_per_token: token[1],
+        kv_payload_bytes_per_token: token[0] });
+    }
+    if (known(m)) {
+      r.kv_bytes_per_token_decompressed = ceil8(m.n_layers * m.n_kv_heads * (m.d_head + m.d_value) * s.bits);
+      r.kv_scale_bytes_fixed = s.kind === "fp8" ? (m.kv_lora_rank ? 1n : 2n) * m.n_layers * s.fp8ScaleBytes : 0n;
+    }
+    if (known(m, q, s.seq_len, s.window)) r.kv_bytes_per_sequence = sequenceBytes(m, q, s.seq_len, s.window);
+    if (known(m, q, s.seq_len)) {
+      r.kv_bytes_per_sequence_full = sequenceBytes({ ...m, sliding_window: null, n_sliding_layers: 0n }, q, s.seq_len, null);
+    }
+    if (known(m, s.seq_len, s.window)) r.kv_bytes_per_sequence_bf16 = sequenceBytes(m, s.bf16, s.seq_len, s.window);
+    if (known(r.kv_bytes_per_sequence, s.batch, r.kv_scale_bytes_fixed)) {
+      r.kv_bytes_total = s.batch * r.kv_bytes_per_sequence + r.kv_scale_bytes_fixed;
+    }
+    if (known(params)) r.weights_bytes = ceil8(params * s.weights_bits);
+    if (known(r.weights_bytes, r.kv_bytes_total)) r.total_bytes = r.weights_bytes + r.kv_bytes_total;
+    r.memory_bytes = s.memory;
+    if (known(s.memory, r.weights_bytes, r.kv_scale_bytes_fixed, r.kv_bytes_per_sequence)) {
+      const room = s.memory - r.weights_bytes - r.kv_scale_bytes_fixed;
+      r.max_batch = room > 0n ? room / r.kv_bytes_per_sequence : 0n;
+    }
+    if (known(r.total_bytes, s.memory)) r.fits = r.total_bytes <= s.memory;
+    return r;
   }
 
   let counter = 0;
@@ -204,11 +262,14 @@
     const id = `kvw-calc-${++counter}`;
     const models = Object.fromEntries(data.models.map((m) => [m.name, m]));
     const d = data.defaults;
+    const maxCount = grouped(data.max_count);
     root.classList.add("kvw-calculator");
+    let pasted = null; // the model read from the box, or a ConfigError
+    let readStatus = "";
 
-    const input = (name, value, attrs) => el("input", {
-      id: `${id}-${name}`, name, type: "number", inputmode: "numeric", value: value === null ? "" : String(value),
-      dataset: { field: name }, ...attrs,
+    const input = (name, value, mode) => el("input", {
+      id: `${id}-${name}`, name, type: "text", inputmode: mode || "numeric", autocomplete: "off", spellcheck: "false",
+      value: value === null ? "" : String(value), dataset: { field: name },
     });
     const select = (name, options, value) => el("select", { id: `${id}-${name}`, name, dataset: { field: name } },
       options.map(([v, text]) => el("option", { value: v, selected: v === value, text })));
@@ -216,28 +277,29 @@
       el("label", { for: control.id, text: t(name) }), control,
     ]);
 
+    const pastedOption = el("option", { value: "pasted", text: t("notRead"), disabled: true });
     const modelOptions = data.models.map((m) => [m.name, `${m.name} (${m.attention})`]).concat([["custom", t("custom")]]);
     const controls = {
       model: select("model", modelOptions, d.model),
-      n_layers: input("n_layers", null, { min: 1, step: 1 }),
-      n_heads: input("n_heads", null, { min: 1, step: 1 }),
-      n_kv_heads: input("n_kv_heads", null, { min: 1, step: 1 }),
-      d_head: input("d_head", null, { min: 1, step: 1 }),
-      kv_lora_rank: input("kv_lora_rank", null, { min: 0, step: 1 }),
-      qk_rope_head_dim: input("qk_rope_head_dim", null, { min: 0, step: 1 }),
-      params_b: input("params_b", null, { min: 0, step: "any", inputmode: "decimal" }),
-      seq_len: input("seq_len", d.seq_len, { min: 1, step: 1 }),
-      batch: input("batch", d.batch, { min: 1, step: 1 }),
+      ...Object.fromEntries(CONFIG_FIELDS.map((name) => [name, input(name, null, name === "params_b" ? "decimal" : "numeric")])),
+      seq_len: input("seq_len", d.seq_len),
+      batch: input("batch", d.batch),
       dtype: select("dtype", data.kv_dtypes.map((x) => [x, x]), d.dtype),
       key_scales: select("key_scales", data.key_scales.map((x) => [x, t(x)]), d.key_scales),
-      group_size: input("group_size", d.group_size, { min: 1, step: 1 }),
+      group_size: input("group_size", d.group_size),
       weights_dtype: select("weights_dtype", data.weights_dtypes.map((x) => [x, x]), d.weights_dtype),
-      window: input("window", d.window, { min: 1, step: 1 }),
-      memory_gib: input("memory_gib", d.memory_gib, { min: 0, step: "any", inputmode: "decimal" }),
+      window: input("window", d.window),
+      memory_gib: input("memory_gib", d.memory_gib, "decimal"),
     };
+    controls.model.append(pastedOption);
+    const box = el("textarea", { id: `${id}-config`, rows: 5, spellcheck: "false", autocomplete: "off", class: "kvw-config",
+      dataset: { field: "config" }, placeholder: "{\"model_type\": \"llama\", \"hidden_size\": 4096, ...}" });
+    const loader = select("load", [["", t("loadNone")]].concat(Object.keys(data.configs).map((n) => [n, n])), "");
+    const readButton = el("button", { type: "button", class: "kvw-button", dataset: { action: "read" }, text: t("read") });
+    const readLine = el("p", { class: "kvw-read-status", role: "status", "aria-live": "polite" });
     const summary = el("p", { class: "kvw-summary" });
-    const formula = el("p", { class: "kvw-formula" });
-    const message = el("p", { class: "kvw-error", role: "alert" });
+    const formula = el("p", { class: "kvw-formula", dataset: { key: "formula" } });
+    const message = el("div", { class: "kvw-error", role: "alert" });
     const results = el("table", { class: "kvw-results" });
     const bar = el("div", { class: "kvw-bar", "aria-hidden": "true" });
     const verdict = el("p", { class: "kvw-verdict", role: "status", "aria-live": "polite" });
@@ -250,139 +312,189 @@
         el("fieldset", { class: "kvw-fieldset" }, [el("legend", { text: t("model") }), field("model", controls.model), summary,
           el("div", { class: "kvw-grid" }, CONFIG_FIELDS.map((name) => field(name, controls[name])))]),
         el("fieldset", { class: "kvw-fieldset" }, [el("legend", { text: t("settings") }),
-          el("div", { class: "kvw-grid" }, ["seq_len", "batch", "dtype", "key_scales", "group_size", "weights_dtype", "window", "memory_gib"]
-            .map((name) => field(name, controls[name])))]),
+          el("div", { class: "kvw-grid" }, SETTING_FIELDS.map((name) => field(name, controls[name])))]),
+      ]),
+      el("details", { class: "kvw-config-box" }, [
+        el("summary", { text: t("configBox") }),
+        el("div", { class: "kvw-field" }, [el("label", { for: box.id, class: "kvw-visually-hidden", text: "config.json" }), box]),
+        el("div", { class: "kvw-config-actions" }, [readButton, field("loadBundled", loader)]),
+        readLine,
       ]),
       formula, message, results, bar, legend(), verdict,
     );
 
-    function fillConfig(m) {
-      controls.n_layers.value = m.n_layers;
-      controls.n_heads.value = m.n_heads;
-      controls.n_kv_heads.value = m.n_kv_heads;
-      controls.d_head.value = m.d_head;
-      controls.kv_lora_rank.value = m.kv_lora_rank;
-      controls.qk_rope_head_dim.value = m.qk_rope_head_dim;
-      controls.params_b.value = String(m.n_params / 1e9);
+    /* A model row (exported, or read from a config) with BigInt sizes. */
+    function fromRow(row) {
+      const m = Object.fromEntries(ROW_FIELDS.map((k) => [k, BigInt(row[k])]));
+      return { ...m, sliding_window: row.sliding_window === null ? null : BigInt(row.sliding_window),
+        attention: row.attention, name: row.name };
     }
 
+    function fillConfig(m) {
+      for (const k of ["n_layers", "n_heads", "n_kv_heads", "d_head", "kv_lora_rank", "qk_rope_head_dim"]) controls[k].value = String(m[k]);
+      controls.params_b.value = String(Number(m.n_params) / 1e9);
+    }
+
+    function readBox() {
+      try {
+        const spec = W.readConfig(box.value);
+        pasted = { ...spec, name: spec.name };
+        pastedOption.textContent = fill(t("pasted"), { name: spec.name });
+        readStatus = fill(t("readDone"), { name: spec.name, type: spec.model_type });
+        fillConfig(pasted);
+      } catch (err) {
+        if (!(err instanceof W.ConfigError)) throw err;
+        pasted = err;
+        pastedOption.textContent = t("notRead");
+        readStatus = "";
+      }
+      pastedOption.disabled = false;
+      controls.model.value = "pasted";
+      update();
+    }
+    readButton.addEventListener("click", readBox);
+    box.addEventListener("keydown", (ev) => { if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) readBox(); });
+    loader.addEventListener("change", () => {
+      if (!loader.value) return;
+      box.value = data.configs[loader.value];
+      readBox();
+    });
     controls.model.addEventListener("change", () => {
-      if (controls.model.value !== "custom") fillConfig(models[controls.model.value]);
+      const name = controls.model.value;
+      if (name === "pasted") { if (!(pasted instanceof W.ConfigError) && pasted) fillConfig(pasted); }
+      else if (name !== "custom") fillConfig(models[name]);
       update();
     });
     for (const name of CONFIG_FIELDS) {
       controls[name].addEventListener("input", () => { controls.model.value = "custom"; update(); });
     }
-    for (const name of ["seq_len", "batch", "dtype", "key_scales", "group_size", "weights_dtype", "window", "memory_gib"]) {
+    for (const name of SETTING_FIELDS) {
       controls[name].addEventListener(controls[name].tagName === "SELECT" ? "change" : "input", update);
     }
 
-    class InputError extends Error {}
-    const bad = (name, what, got) => { throw new InputError(fill(t("error"), { field: t(name), what, got })); };
+    /* Each refused field: its message, and the field marked. */
+    let errors = [];
+    function refuse(name, what) {
+      errors.push(fill(t("error"), { field: t(name), what, got: controls[name].value }));
+      controls[name].setAttribute("aria-invalid", "true");
+      return undefined;
+    }
     function integer(name, low, optional) {
       const text = controls[name].value.trim();
       if (optional && text === "") return null;
-      if (!/^\d+$/.test(text) || BigInt(text) < BigInt(low) || BigInt(text) > BigInt(data.max_count)) {
-        bad(name, fill(t("positiveInt"), { low }), text);
-      }
-      return BigInt(text);
+      if (/^\d+$/.test(text) && BigInt(text) >= BigInt(low) && BigInt(text) <= BigInt(data.max_count)) return BigInt(text);
+      return refuse(name, fill(t(optional ? "countOrNone" : "count"), { unit: t(UNITS[name]), low, max: maxCount }));
+    }
+    function decimal(name, most, what) {
+      const text = controls[name].value.trim();
+      const x = Number(text);
+      if (/^(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text) && x > 0 && x <= most) return x;
+      return refuse(name, fill(t(what), { max: grouped(most) }));
     }
 
-    /* The model of the form: a bundled one as exported, or one from the typed numbers. */
+    /* The model of the form: a bundled one, the pasted one, or one from the typed numbers, with
+       its weight count apart (a refused parameter count blanks only the weights). */
     function currentModel() {
       const name = controls.model.value;
+      if (name === "pasted") {
+        if (pasted instanceof W.ConfigError || pasted === null) return { m: undefined, params: undefined };
+        const m = fromRow(pasted);
+        return { m, params: m.n_params, row: pasted };
+      }
       if (name !== "custom") {
-        const m = models[name];
-        return { ...Object.fromEntries(["n_layers", "n_heads", "n_kv_heads", "d_head", "d_value", "kv_lora_rank",
-          "qk_rope_head_dim", "n_sliding_layers", "n_params"].map((k) => [k, BigInt(m[k])])),
-        sliding_window: m.sliding_window === null ? null : BigInt(m.sliding_window), attention: m.attention,
-        max_seq_len: BigInt(m.max_seq_len), name };
+        const m = fromRow(models[name]);
+        return { m, params: m.n_params, row: models[name] };
       }
       const m = { name, sliding_window: null, n_sliding_layers: 0n, max_seq_len: null };
       for (const k of ["n_layers", "n_heads", "d_head"]) m[k] = integer(k, 1);
       for (const k of ["kv_lora_rank", "qk_rope_head_dim"]) m[k] = integer(k, 0);
-      const params = Number(controls.params_b.value);
-      if (controls.params_b.value.trim() === "" || !Number.isFinite(params) || params < 0) bad("params_b", t("positiveNumber"), controls.params_b.value);
-      m.n_params = BigInt(Math.round(params * 1e9));
+      const paramsB = decimal("params_b", MAX_PARAMS_B, "params_what");
+      const params = paramsB === undefined ? undefined : BigInt(Math.round(paramsB * 1e9));
       m.d_value = m.d_head;
       if (m.kv_lora_rank) {
-        if (!(m.qk_rope_head_dim >= 1n && m.qk_rope_head_dim < m.d_head)) bad("qk_rope_head_dim", t("rope"), controls.qk_rope_head_dim.value);
+        if (known(m.qk_rope_head_dim, m.d_head) && !(m.qk_rope_head_dim >= 1n && m.qk_rope_head_dim < m.d_head)) {
+          m.qk_rope_head_dim = refuse("qk_rope_head_dim", fill(t("rope"), { max: m.d_head - 1n }));
+        }
         m.n_kv_heads = m.n_heads;
         m.attention = "MLA";
       } else {
         m.n_kv_heads = integer("n_kv_heads", 1);
-        if (m.n_heads % m.n_kv_heads) bad("n_kv_heads", fill(t("divisor"), { h: m.n_heads }), controls.n_kv_heads.value);
-        m.attention = m.n_kv_heads === m.n_heads ? "MHA" : m.n_kv_heads === 1n ? "MQA" : "GQA";
+        if (known(m.n_heads, m.n_kv_heads) && m.n_heads % m.n_kv_heads) {
+          m.n_kv_heads = refuse("n_kv_heads", fill(t("divisor"), { h: m.n_heads }));
+        }
+        if (known(m.n_heads, m.n_kv_heads)) m.attention = m.n_kv_heads === m.n_heads ? "MHA" : m.n_kv_heads === 1n ? "MQA" : "GQA";
       }
-      return m;
+      const sizes = ["n_layers", "n_heads", "n_kv_heads", "d_head", "kv_lora_rank", "qk_rope_head_dim"];
+      return { m: sizes.every((k) => m[k] !== undefined) ? m : undefined, params };
     }
 
     function quant(dtype, keyScales, groupSize) {
       const info = data.dtypes[dtype];
       const channel = info.kind === "int" && keyScales === "per_channel";
+      if (channel && groupSize === undefined) return undefined;
       return { kind: info.kind, bits: BigInt(info.bits), scale_bits: BigInt(data.scale_bits),
-        float_bits: BigInt(data.float_bits), key_scales: channel ? "per_channel" : "per_token", group_size: groupSize };
+        float_bits: BigInt(data.float_bits), key_scales: channel ? "per_channel" : "per_token",
+        group_size: channel ? groupSize : BigInt(data.group_size) };
     }
 
     function currentSettings(m) {
-      const memoryGib = Number(controls.memory_gib.value);
-      if (controls.memory_gib.value.trim() === "" || !(memoryGib > 0) || memoryGib > data.max_memory_gib) {
-        bad("memory_gib", t("positiveNumber"), controls.memory_gib.value);
-      }
-      const memory = BigInt(Math.trunc(memoryGib * data.gib)); // int(memory_gib * GIB), as Python rounds it
-      if (memory < 1n) bad("memory_gib", t("positiveNumber"), controls.memory_gib.value);
+      const memoryGib = decimal("memory_gib", data.max_memory_gib, "memory_what");
+      // int(memory_gib * GIB), as Python rounds it: at least one byte
+      const memory = memoryGib === undefined ? undefined : BigInt(Math.trunc(memoryGib * data.gib));
+      if (memory === 0n) refuse("memory_gib", fill(t("memory_what"), { max: grouped(data.max_memory_gib) }));
       const dtype = controls.dtype.value;
-      const channelAllowed = data.dtypes[dtype].kind === "int" && !m.kv_lora_rank;
+      const channelAllowed = data.dtypes[dtype].kind === "int" && !(m && m.kv_lora_rank);
       controls.key_scales.disabled = !channelAllowed;
       const keyScales = channelAllowed ? controls.key_scales.value : "per_token";
       controls.group_size.disabled = keyScales !== "per_channel";
       const groupSize = keyScales === "per_channel" ? integer("group_size", 1) : BigInt(data.group_size);
       return {
         seq_len: integer("seq_len", 1), batch: integer("batch", 1), window: integer("window", 1, true),
-        quant: quant(dtype, keyScales, groupSize), bf16: quant("bf16", "per_token", groupSize),
-        weights_bits: BigInt(data.dtypes[controls.weights_dtype.value].bits), memory,
-        fp8ScaleBytes: BigInt(data.fp8_scale_bytes), dtype, keyScales, memoryGib,
+        quant: quant(dtype, keyScales, groupSize), bf16: quant("bf16", "per_token", 1n), kind: data.dtypes[dtype].kind,
+        bits: BigInt(data.dtypes[dtype].bits), weights_bits: BigInt(data.dtypes[controls.weights_dtype.value].bits),
+        memory: memory === 0n ? undefined : memory, fp8ScaleBytes: BigInt(data.fp8_scale_bytes), dtype, keyScales,
       };
     }
 
     function update() {
+      errors = [];
+      root.querySelectorAll("[aria-invalid]").forEach((node) => node.removeAttribute("aria-invalid"));
       const config = controls.model.value === "custom";
-      controls.n_kv_heads.disabled = false;
-      let m, s, r;
-      try {
-        m = currentModel();
-        controls.n_kv_heads.disabled = Boolean(m.kv_lora_rank);
-        if (m.kv_lora_rank) controls.n_kv_heads.value = String(m.n_heads);
-        s = currentSettings(m);
-        r = kvMemory(m, s);
-      } catch (err) {
-        if (!(err instanceof InputError)) throw err;
-        message.textContent = err.message;
-        root.dataset.valid = "false";
-        return;
-      }
-      message.textContent = "";
-      root.dataset.valid = "true";
-      root.dataset.model = m.name;
-      showSummary(m, config);
+      const { m, params, row } = currentModel();
+      controls.n_kv_heads.disabled = Boolean(m && m.kv_lora_rank);
+      if (m && m.kv_lora_rank && config) controls.n_kv_heads.value = String(m.n_heads);
+      const s = currentSettings(m);
+      const r = kvMemory(m, params, s);
+      const lines = controls.model.value === "pasted" && pasted instanceof W.ConfigError ? [pasted.message] : [];
+      lines.push(...errors);
+      if (lines.length) lines.push(t("blankNote"));
+      message.replaceChildren(...lines.map((line) => el("p", { text: line })));
+      readLine.textContent = controls.model.value === "pasted" && !(pasted instanceof W.ConfigError) ? readStatus : "";
+      root.dataset.valid = lines.length ? "false" : "true";
+      root.dataset.model = m ? m.name : "";
+      showSummary(m, params, row);
       showFormula(m, s, r);
       showResults(m, s, r);
     }
 
-    function showSummary(m, config) {
-      const kind = fill(t(`summary${m.attention}`), {
-        h: m.n_heads, kv: m.n_kv_heads, g: m.kv_lora_rank ? 1 : m.n_heads / m.n_kv_heads,
-        r: m.kv_lora_rank, rope: m.qk_rope_head_dim,
-      });
-      const parts = [kind, fill(t("params"), { p: W.fixed(Number(m.n_params) / 1e9, 2) })];
-      if (!config) {
-        parts.push(fill(t("context"), { n: grouped(m.max_seq_len) }));
-        parts.push(m.sliding_window ? fill(t("ownWindow"), { w: grouped(m.sliding_window), n: m.n_sliding_layers, l: m.n_layers }) : t("noWindow"));
+    function showSummary(m, params, row) {
+      const parts = [];
+      if (m) {
+        parts.push(fill(t(`summary${m.attention}`), {
+          h: m.n_heads, kv: m.n_kv_heads, g: m.kv_lora_rank ? 1 : m.n_heads / m.n_kv_heads,
+          r: m.kv_lora_rank, rope: m.qk_rope_head_dim,
+        }));
+      }
+      if (params !== undefined) parts.push(fill(t("params"), { p: W.fixed(Number(params) / 1e9, 2) }));
+      if (row) {
+        parts.push(fill(t("context"), { n: grouped(row.max_seq_len) }));
+        parts.push(row.sliding_window ? fill(t("ownWindow"), { w: grouped(row.sliding_window), n: row.n_sliding_layers, l: row.n_layers }) : t("noWindow"));
       }
       summary.textContent = parts.join(" \u00b7 ");
     }
 
     function showFormula(m, s, r) {
+      if (!m || r.kv_payload_bytes_per_token === undefined) { formula.replaceChildren(); return; }
       const b = Number(s.quant.bits) / 8;
       const text = m.kv_lora_rank
         ? fill(t("formulaMLA"), { l: m.n_layers, r: m.kv_lora_rank, rope: m.qk_rope_head_dim, b })
@@ -399,34 +511,44 @@
     }
 
     function showResults(m, s, r) {
-      const S = grouped(s.seq_len);
+      const S = s.seq_len === undefined ? null : grouped(s.seq_len);
+      const has = (key) => r[key] !== undefined;
       const rows = [["kv_bytes_per_token", {}]];
-      if (r.kv_scale_bytes_per_token) rows.push(["kv_scale_bytes_per_token", {}, true]);
-      if (m.kv_lora_rank) rows.push(["kv_bytes_per_token_decompressed", {}, true]);
-      rows.push(["kv_bytes_per_sequence", { s: S }]);
-      if (r.kv_bytes_per_sequence_full !== r.kv_bytes_per_sequence) rows.push(["kv_bytes_per_sequence_full", {}, true]);
-      if (r.kv_bytes_per_sequence_bf16 !== r.kv_bytes_per_sequence) rows.push(["kv_bytes_per_sequence_bf16", {}, true]);
-      if (r.kv_scale_bytes_fixed) rows.push(["kv_scale_bytes_fixed", {}]);
-      rows.push(["kv_bytes_total", { b: s.batch, s: S }], ["weights_bytes", {}], ["total_bytes", {}], ["memory_bytes", {}]);
+      if (s.kind === "int") rows.push(["kv_scale_bytes_per_token", {}, true]);
+      if (m && m.kv_lora_rank) rows.push(["kv_bytes_per_token_decompressed", {}, true]);
+      rows.push(S === null ? ["kv_bytes_per_sequence_plain", {}, false, "kv_bytes_per_sequence"] : ["kv_bytes_per_sequence", { s: S }]);
+      if (has("kv_bytes_per_sequence_full") && has("kv_bytes_per_sequence")
+        && r.kv_bytes_per_sequence_full !== r.kv_bytes_per_sequence) rows.push(["kv_bytes_per_sequence_full", {}, true]);
+      if (has("kv_bytes_per_sequence_bf16") && has("kv_bytes_per_sequence")
+        && r.kv_bytes_per_sequence_bf16 !== r.kv_bytes_per_sequence) rows.push(["kv_bytes_per_sequence_bf16", {}, true]);
+      if (s.kind === "fp8") rows.push(["kv_scale_bytes_fixed", {}]);
+      rows.push(S === null || s.batch === undefined ? ["kv_bytes_total_plain", {}, false, "kv_bytes_total"]
+        : ["kv_bytes_total", { b: s.batch, s: S }]);
+      rows.push(["weights_bytes", {}], ["total_bytes", {}], ["memory_bytes", {}]);
       results.replaceChildren(
         el("thead", {}, el("tr", {}, [el("th", { scope: "col" }), el("th", { scope: "col", class: "kvw-num", text: t("bytes") }), el("th", { scope: "col" })])),
-        el("tbody", {}, rows.map(([key, values, sub]) => el("tr", { class: sub ? "kvw-sub" : "" }, [
-          el("th", { scope: "row", text: fill(t(key), values) }),
-          el("td", { class: "kvw-num", dataset: { key }, text: grouped(r[key]) }),
-          el("td", { class: "kvw-num kvw-human", text: formatBytes(r[key]) }),
+        el("tbody", {}, rows.map(([label, values, sub, key = label]) => el("tr", { class: sub ? "kvw-sub" : "" }, [
+          el("th", { scope: "row", text: fill(t(label), values) }),
+          has(key) ? el("td", { class: "kvw-num", dataset: { key }, text: grouped(r[key]) })
+            : el("td", { class: "kvw-num kvw-blank", dataset: { key, blank: "true" }, text: "\u2014" }),
+          el("td", { class: "kvw-num kvw-human", text: has(key) ? formatBytes(r[key]) : "" }),
         ]))),
       );
-      const memoryText = formatBytes(s.memory);
-      const lines = [
-        el("span", { dataset: { key: "fits", value: String(r.fits) }, text: fill(t(r.fits ? "fits" : "fitsNot"), { b: s.batch, m: memoryText }) }),
-        " ",
-        el("span", { dataset: { key: "max_batch", value: String(r.max_batch) }, text: fill(t("max_batch"), { n: grouped(r.max_batch), s: S }) }),
-      ];
-      if (m.max_seq_len !== null && s.seq_len > m.max_seq_len) {
+      const lines = [];
+      if (has("fits") && has("max_batch")) {
+        const memoryText = formatBytes(s.memory);
+        lines.push(
+          el("span", { dataset: { key: "fits", value: String(r.fits) }, text: fill(t(r.fits ? "fits" : "fitsNot"), { b: s.batch, m: memoryText }) }),
+          " ",
+          el("span", { dataset: { key: "max_batch", value: String(r.max_batch) }, text: fill(t("max_batch"), { n: grouped(r.max_batch), s: S }) }),
+        );
+      }
+      if (m && m.max_seq_len !== null && S !== null && s.seq_len > m.max_seq_len) {
         lines.push(" ", el("span", { class: "kvw-warn", text: fill(t("longer"), { s: S, n: grouped(m.max_seq_len) }) }));
       }
       verdict.replaceChildren(...lines);
-      verdict.classList.toggle("kvw-no-fit", !r.fits);
+      verdict.classList.toggle("kvw-no-fit", r.fits === false);
+      if (!has("total_bytes") || s.memory === undefined) { bar.replaceChildren(); return; }
       const used = r.weights_bytes + r.kv_bytes_total;
       const whole = used > s.memory ? used : s.memory;
       const pct = (n) => `${(Number((n * 100000n) / whole) / 1000).toFixed(3)}%`;

@@ -36,13 +36,14 @@
       position: "position {pos}: \u201c{token}\u201d",
       wasted: "recomputed",
       masked: "masked: \u2212\u221e before the softmax",
-      scoreRow: "q\u00b7k",
-      queryRow: "q{t}\u00b7k",
-      weightRow: "softmax",
+      scoreRow: "q\u00b7k (raw)",
+      queryRow: "q{t}\u00b7k (raw)",
+      weightRow: "softmax(q\u00b7k/\u221a{d})",
+      scaling: "The q\u00b7k rows are the raw dot products; the softmax row is softmax(q\u00b7k / \u221ad_h), with \u221ad_h = \u221a{d} {root}.",
       query: "q of \u201c{token}\u201d, the new token",
       rowSum: "weights sum to {sum}",
       dimsCut: "the first {shown} of {k} head dims are shown",
-      costs: "Work so far, by kvtutor's cost model",
+      costs: "Work so far: matmul FLOPs (the LM head on the last position only) and bytes moved",
       withCache: "with the cache",
       withoutCache: "without a cache",
       stepFlops: "this pass: FLOPs",
@@ -50,9 +51,12 @@
       totalFlops: "so far: FLOPs",
       totalBytes: "so far: bytes",
       wastedFlops: "so far: FLOPs of recomputed rows",
-      costNote: "FLOPs of the matrix products and bytes of weights and K/V moved ({dtype}), as " +
-        "kvtutor.measure.costs.generation_costs counts them. Without a cache each pass reads no " +
-        "K/V, but redoes every earlier token's work.",
+      costNote: "FLOPs: every matrix product of the pass, that is the Q, K, V and output projections " +
+        "and the FFN of each layer, the attention products q\u00b7k and a\u00b7V, and the LM head on the " +
+        "last position only, whose logits give the next token (a prefill that also computes the " +
+        "earlier positions' logits does more). Bytes: the weights read and the K/V read and written " +
+        "({dtype}). Both as kvtutor.measure.costs.generation_costs counts them. Without a cache each " +
+        "pass reads no K/V, but redoes every earlier token's work.",
       precision: "Numbers are printed with {d} decimals.",
     },
     zh: {
@@ -79,13 +83,14 @@
       position: "位置 {pos}：“{token}”",
       wasted: "重算",
       masked: "已掩码：softmax 之前为 \u2212\u221e",
-      scoreRow: "q\u00b7k",
-      queryRow: "q{t}\u00b7k",
-      weightRow: "softmax",
+      scoreRow: "q\u00b7k（原始）",
+      queryRow: "q{t}\u00b7k（原始）",
+      weightRow: "softmax(q\u00b7k/\u221a{d})",
+      scaling: "q\u00b7k 行是原始点积；softmax 行是 softmax(q\u00b7k / \u221ad_h)，其中 \u221ad_h = \u221a{d} {root}。",
       query: "新词元“{token}”的 q",
       rowSum: "权重之和为 {sum}",
       dimsCut: "只显示 {k} 个头维度中的前 {shown} 个",
-      costs: "到目前为止的工作量（kvtutor 的代价模型）",
+      costs: "到目前为止的工作量：矩阵乘法的 FLOPs（LM 头只算最后一个位置）和搬运的字节数",
       withCache: "用缓存",
       withoutCache: "不用缓存",
       stepFlops: "这一遍：FLOPs",
@@ -93,8 +98,10 @@
       totalFlops: "累计：FLOPs",
       totalBytes: "累计：字节",
       wastedFlops: "累计：重算各行的 FLOPs",
-      costNote: "矩阵乘法的 FLOPs，以及读写权重和 K/V 的字节数（{dtype}），按 " +
-        "kvtutor.measure.costs.generation_costs 的算法计数。不用缓存时每一遍不读 K/V，但要重做之前每个词元的工作。",
+      costNote: "FLOPs：这一遍的所有矩阵乘法，即每一层的 Q、K、V 和输出投影与 FFN、注意力中的 q\u00b7k 和 a\u00b7V，" +
+        "以及只在最后一个位置上的 LM 头（它的 logits 给出下一个词元；若预填充还计算前面各位置的 logits，工作量更大）。" +
+        "字节：读取的权重和读写的 K/V（{dtype}）。两者都按 kvtutor.measure.costs.generation_costs 的算法计数。" +
+        "不用缓存时每一遍不读 K/V，但要重做之前每个词元的工作。",
       precision: "数值保留 {d} 位小数。",
     },
   };
@@ -191,6 +198,11 @@
       if (data.model.d_head > MAX_DIMS) {
         parts.push(el("p", { class: "kvw-note", text: fill(t("dimsCut"), { shown: MAX_DIMS, k: data.model.d_head }) }));
       }
+      if (state >= 2) {
+        const root2 = Math.sqrt(data.model.d_head);
+        const root = Number.isInteger(root2) ? `= ${root2}` : `\u2248 ${fixed(root2, 3)}`;
+        parts.push(el("p", { class: "kvw-note kvw-scaling", text: fill(t("scaling"), { d: data.model.d_head, root }) }));
+      }
       parts.push(el("p", { class: "kvw-note", text: fill(t("precision"), { d: data.digits }) }));
       return parts;
     }
@@ -234,7 +246,7 @@
         ])])),
       ]);
       return el("div", { class: "kvw-cost-box" }, [
-        table, el("p", { class: "kvw-note", text: fill(t("costNote"), { dtype: data.model.dtype }) }),
+        el("div", { class: "kvw-scroll" }, table), el("p", { class: "kvw-note", text: fill(t("costNote"), { dtype: data.model.dtype }) }),
       ]);
     }
 
@@ -335,7 +347,7 @@
           text: fixed(x, d),
         })))));
       });
-      rows.push(el("tr", { class: "kvw-weight-row" }, [el("th", { scope: "row", text: t("weightRow") }), blank()].concat(
+      rows.push(el("tr", { class: "kvw-weight-row" }, [el("th", { scope: "row", text: fill(t("weightRow"), { d: data.model.d_head }) }), blank()].concat(
         arrays.weights[h].map((x, pos) => el("td", {
           class: "kvw-num kvw-weight", style: `--w: ${Math.max(0, Math.min(1, x))}`,
           dataset: { layer: l, head: h, kind: "weight", pos }, text: fixed(x, d),

@@ -30,10 +30,11 @@ import numpy as np
 from ..measure.costs import Cost, generation_costs
 from ..measure.memory import GIB, KEY_SCALES, KV_DTYPES, MAX_MEMORY_GIB, KVQuant, fixed_scale_bytes, kv_memory
 from ..models.gpt2 import GPT2Model
-from ..models.hf_config import bundled_models, load_model_spec
+from ..models.hf_config import bundled_config_path, bundled_models, load_model_spec
 from ..models.tokenizer import ToyTokenizer
 from ..models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
 from ..validate import MAX_COUNT, check_int
+from .editions import both_editions
 
 __all__ = ["Widget", "cache_stepper", "cache_stepper_data", "kv_calculator", "kv_calculator_data"]
 
@@ -42,11 +43,14 @@ VERSION = 1
 
 
 class Widget:
-    """A page widget: ``name`` (the JavaScript that draws it), its JSON-ready ``data`` and a one-line
-    ``summary``. Displayed, it is text/html (the container and the data) and text/plain."""
+    """A page widget: ``name`` (the JavaScript that draws it), its JSON-ready ``data``, a one-line
+    ``summary`` and the ``fallback`` HTML a page without JavaScript shows instead (both editions;
+    by default the summary's note). Displayed, it is text/html (the container, the data and the
+    fallback) and text/plain."""
 
-    def __init__(self, name: str, data: dict[str, Any], summary: str) -> None:
+    def __init__(self, name: str, data: dict[str, Any], summary: str, fallback: str | None = None) -> None:
         self.name, self.data, self.summary = name, data, summary
+        self.fallback = _note(summary) if fallback is None else fallback
 
     def to_json(self) -> str:
         """The data as the page holds it: sorted keys, no spaces, and no ``<``, ``>`` or ``&``
@@ -55,11 +59,10 @@ class Widget:
         return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
     def to_html(self) -> str:
-        note = f"{self.summary}: interactive on the book's web pages (book/_static/widgets)."
         return (
             f'<div class="kvtutor-widget" data-kvtutor-widget="{self.name}">\n'
             f'<script type="application/json">{self.to_json()}</script>\n'
-            f'<p class="kvtutor-fallback">{html.escape(note)}</p>\n'
+            f'<div class="kvtutor-fallback">{self.fallback}</div>\n'
             "</div>"
         )
 
@@ -68,6 +71,30 @@ class Widget:
 
     def __repr__(self) -> str:
         return f"<kvtutor {self.summary}>"
+
+
+#: What each widget shows, for a page without JavaScript (both editions).
+NOTES = {
+    "cache stepper": (
+        "The cache stepper needs JavaScript: it steps the toy model through prefill and each decode "
+        "step, showing every layer's K and V cache per head, the new token's q, its scores and "
+        "softmax weights, and the same step without a cache.",
+        "缓存步进器需要 JavaScript：它让玩具模型逐步完成预填充和每个解码步，显示每一层每个头的 K、V 缓存，"
+        "新词元的 q、它的分数和 softmax 权重，以及不用缓存时的同一步。",
+    ),
+    "KV calculator": (
+        "The KV calculator needs JavaScript: it reads a bundled model or a pasted config.json and "
+        "computes the KV cache's bytes per token, per sequence and for a batch, and the largest "
+        "batch that fits beside the weights.",
+        "KV 计算器需要 JavaScript：它读取内置模型或粘贴的 config.json，计算 KV 缓存每个词元、每个序列和整批的"
+        "字节数，以及权重之外还能放下的最大批。",
+    ),
+}
+
+
+def _note(summary: str) -> str:
+    en, zh = NOTES[summary.split(":")[0]]
+    return both_editions(f"<p>{html.escape(en)}</p>", f"<p>{html.escape(zh)}</p>")
 
 
 def _rounded(array: Any, digits: int) -> Any:
@@ -107,7 +134,11 @@ def _costs(model: GPT2Model, n_prompt: int, n_steps: int) -> list[dict[str, Any]
     return out
 
 
-def _check_stepper_args(model: Any, tokenizer: Any, prompt: Any, n_steps: Any, digits: Any) -> list[int]:
+def _check_stepper_args(
+    model: Any, tokenizer: Any, prompt: Any, n_steps: Any, digits: Any
+) -> tuple[list[int], int, int]:
+    """The prompt's ids and n_steps and digits as Python ints (NumPy ints taken), or an error
+    naming the argument."""
     if not isinstance(model, GPT2Model):
         raise TypeError(f"model: expected a GPT2Model (GPT-2 in NumPy), got {type(model).__name__}")
     cfg = model.config
@@ -130,9 +161,16 @@ def _check_stepper_args(model: Any, tokenizer: Any, prompt: Any, n_steps: Any, d
         raise ValueError(f"prompt: {str(exc).removeprefix('text: ')}") from None
     if not ids:
         raise ValueError(f"prompt: expected at least one token, got {prompt!r}")
-    check_int("n_steps", n_steps, 1, cfg.max_seq_len - len(ids))
-    check_int("digits", digits, 0, 6)
-    return ids
+    if len(ids) >= cfg.max_seq_len:
+        raise ValueError(
+            f"prompt: expected fewer than the model's {cfg.max_seq_len} positions (room for a decode "
+            f"step), got {len(ids)} tokens"
+        )
+    return (
+        ids,
+        check_int("n_steps", n_steps, 1, cfg.max_seq_len - len(ids)),
+        check_int("digits", digits, 0, 6),
+    )
 
 
 def cache_stepper_data(
@@ -148,7 +186,7 @@ def cache_stepper_data(
     Defaults: the toy model and tokenizer on "The cat sat"."""
     model = load_toy_model() if model is None else model
     tokenizer = load_toy_tokenizer() if tokenizer is None else tokenizer
-    ids = _check_stepper_args(model, tokenizer, prompt, n_steps, digits)
+    ids, n_steps, digits = _check_stepper_args(model, tokenizer, prompt, n_steps, digits)
     m64, cfg = _float64(model), model.config
 
     def r(array: Any) -> Any:
@@ -203,7 +241,7 @@ def cache_stepper(
     """The cache stepper, for the page of "Decode, step by step": Prefill, Next token, Back and a
     no-cache switch over ``cache_stepper_data``."""
     data = cache_stepper_data(model, tokenizer, prompt, n_steps, digits)
-    return Widget("cache-stepper", data, f"cache stepper: {n_steps} decode steps of {prompt!r}")
+    return Widget("cache-stepper", data, f"cache stepper: {len(data['steps'])} decode steps of {prompt!r}")
 
 
 # ---------------------------------------------------------------- the KV calculator
@@ -252,18 +290,23 @@ def kv_calculator_data(
     memory_gib: float = 80,
     window: int | None = None,
 ) -> dict[str, Any]:
-    """The calculator's data: the bundled models (or ``models``), the KV dtypes with their bits and
-    scales (``KVQuant``), the fp8 scale size, the limits, and the settings it opens with."""
+    """The calculator's data: the bundled models (or ``models``) with their config.json files (a
+    reader loads one to edit), the KV dtypes with their bits and scales (``KVQuant``), the fp8
+    scale size, the limits, and the settings it opens with."""
     names = _check_names(models)
     if not isinstance(model, str) or model.lower() not in names:
         raise ValueError(f"model: expected one of {', '.join(names)}, got {model!r}")
     for name, value in (("dtype", dtype), ("weights_dtype", weights_dtype)):
         if value not in KV_DTYPES:
             raise ValueError(f"{name}: expected one of {', '.join(KV_DTYPES)}, got {value!r}")
-    if isinstance(memory_gib, bool) or not isinstance(memory_gib, numbers.Real):
+    if isinstance(memory_gib, (bool, np.bool_)) or not isinstance(memory_gib, numbers.Real):
         raise TypeError(f"memory_gib: expected a number of GiB, got {type(memory_gib).__name__}")
     if not math.isfinite(memory_gib):
         raise ValueError(f"memory_gib: expected a finite number of GiB > 0, got {memory_gib!r}")
+    # NumPy numbers as Python ones (the page's JSON holds only those); bools and others refused
+    memory_gib = int(memory_gib) if isinstance(memory_gib, numbers.Integral) else float(memory_gib)
+    seq_len, batch = check_int("seq_len", seq_len, 1), check_int("batch", batch, 1)
+    window = None if window is None else check_int("window", window, 1)
     # the opening settings must be ones kv_memory takes: its checks name the argument
     kv_memory(load_model_spec(model), seq_len, batch, dtype, float(memory_gib), weights_dtype, window=window)
     quant = KVQuant()
@@ -275,6 +318,7 @@ def kv_calculator_data(
         "key_scales": list(KEY_SCALES), "group_size": quant.group_size,
         "fp8_scale_bytes": _fp8_scale_bytes(names[0]),
         "models": [_model_row(name) for name in names],
+        "configs": {name: bundled_config_path(name).read_text(encoding="utf-8") for name in names},
         "defaults": {"model": model.lower(), "seq_len": seq_len, "batch": batch, "dtype": dtype,
                      "key_scales": quant.key_scales, "group_size": quant.group_size,
                      "weights_dtype": weights_dtype, "memory_gib": memory_gib, "window": window},
