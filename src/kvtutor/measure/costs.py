@@ -161,10 +161,8 @@ def layer_cost(
     cached: bool = True,
 ) -> Cost:
     """One block running n_new tokens after n_past cached ones, in each of
-    batch_size sequences.
-
-    With ``cached=False`` there is no cache: no keys or values are read from
-    or written to one (n_past must then be 0).
+    batch_size sequences; with ``cached=False`` no cache is read or written
+    (n_past must then be 0).
 
     The book shows this in "Rooflines: measuring compute-bound and
     memory-bound".
