@@ -154,16 +154,17 @@ def test_cache_methods_check_their_arguments(filled):
         cache.keys(2)
     with pytest.raises(TypeError, match="layer.*int"):
         cache.values("0")
-    with pytest.raises(ValueError, match="k_new_HTK.*\\[H=2, T, K=4\\].*\\[3, 1, 4\\]"):
-        cache.update(0, np.zeros((3, 1, 4), np.float32), np.zeros((3, 1, 4), np.float32))
-    with pytest.raises(ValueError, match="v_new_HTK.*shape of k_new_HTK"):
-        cache.update(0, np.zeros((2, 1, 4), np.float32), np.zeros((2, 2, 4), np.float32))
-    with pytest.raises(TypeError, match="k_new_HTK.*numpy array.*list"):
-        cache.update(0, [], np.zeros((2, 1, 4), np.float32))
+    plan = cache.plan(1)
+    with pytest.raises(ValueError, match=r"k_new.*\[H=2, T=1, K=4\].*\[3, 1, 4\]"):
+        cache.update(0, np.zeros((3, 1, 4), np.float32), np.zeros((3, 1, 4), np.float32), plan)
+    with pytest.raises(ValueError, match=r"v_new.*\[H=2, T=1, K=4\].*\[2, 2, 4\]"):
+        cache.update(0, np.zeros((2, 1, 4), np.float32), np.zeros((2, 2, 4), np.float32), plan)
+    with pytest.raises(TypeError, match="k_new.*numpy array.*list"):
+        cache.update(0, [], np.zeros((2, 1, 4), np.float32), plan)
     with pytest.raises(ValueError, match="length.*0 <= length <= 4.*got 5"):
         cache.truncate(5)
-    with pytest.raises(ValueError, match="n_tokens.*got 1"):
-        cache.advance(1)  # nothing pending to commit
+    with pytest.raises(ValueError, match=r"plan: layers \[0, 1\] were not written"):
+        cache.advance(plan)  # nothing written to commit
     assert_same_state(before, cache_state(cache))
 
 
@@ -363,12 +364,12 @@ def test_non_finite_weights_are_refused_naming_the_tensor():
     ):
         kvtutor.GPT2Model.from_gpt2_state_dict(sd, n_heads=2)
     llama = kvtutor.LlamaModel.random(LLAMA_CFG, seed=1)
-    lsd = {k: v.copy() for k, v in llama.to_llama_state_dict().items()}
+    lsd = {k: v.copy() for k, v in llama.to_state_dict().items()}
     lsd["model.layers.0.mlp.up_proj.weight"][0, 0] = np.inf
     with pytest.raises(
         ValueError, match=r"^state_dict\['model.layers.0.mlp.up_proj.weight'\]: expected finite"
     ):
-        kvtutor.LlamaModel.from_llama_state_dict(lsd, LLAMA_CFG)
+        kvtutor.LlamaModel.from_state_dict(lsd, LLAMA_CFG)
     torch = pytest.importorskip("torch")
     big = {k: v.copy() for k, v in gpt2.to_gpt2_state_dict().items()}
     big["transformer.h.0.mlp.c_fc.weight"][1, 2] = 1e5  # finite in float32, inf in float16
@@ -385,10 +386,10 @@ def test_non_finite_weights_are_refused_naming_the_tensor():
     ):
         kvtutor.TorchGPT2Model.from_numpy(gpt2, device="cpu")
     assert np.isnan(gpt2.weights.layers[0].w_o[0, 3])
-    lbig = {k: v.copy() for k, v in llama.to_llama_state_dict().items()}
+    lbig = {k: v.copy() for k, v in llama.to_state_dict().items()}
     lbig["model.norm.weight"][0] = 1e5
     with pytest.raises(ValueError, match=r"^norm_D: expected finite weights in torch.float16, got inf"):
-        kvtutor.TorchLlamaModel.from_llama_state_dict(lbig, LLAMA_CFG, device="cpu", dtype="fp16")
+        kvtutor.TorchLlamaModel.from_state_dict(lbig, LLAMA_CFG, device="cpu", dtype="fp16")
     llama.weights.layers[0].w_q[0, 0] = np.nan
     with pytest.raises(ValueError, match=r"^layers\[0\].w_qkv: expected finite weights in torch.float32"):
         kvtutor.TorchLlamaModel.from_numpy(llama, device="cpu", dtype=torch.float32)
@@ -414,8 +415,8 @@ def test_torch_models_check_dtype_and_device_before_building():
             gpt2.to_gpt2_state_dict(), 2, **kw),
         "TorchLlamaModel.random": lambda **kw: kvtutor.TorchLlamaModel.random(LLAMA_CFG, **kw),
         "TorchLlamaModel.from_numpy": lambda **kw: kvtutor.TorchLlamaModel.from_numpy(llama, **kw),
-        "TorchLlamaModel.from_llama_state_dict": lambda **kw: kvtutor.TorchLlamaModel.from_llama_state_dict(
-            llama.to_llama_state_dict(), LLAMA_CFG, **kw),
+        "TorchLlamaModel.from_state_dict": lambda **kw: kvtutor.TorchLlamaModel.from_state_dict(
+            llama.to_state_dict(), LLAMA_CFG, **kw),
     }  # fmt: skip
     choices = r"expected one of float32, float64, float16, bfloat16 \(the dtypes matmuls run in on cpu\)"
     bad = [

@@ -55,7 +55,7 @@ def make_hf(**kwargs):
 @pytest.fixture(scope="module", params=sorted(HF_CONFIGS))
 def hf_and_ours(request):
     hf = make_hf(**HF_CONFIGS[request.param])
-    return hf, LlamaModel.from_llama_state_dict(hf.state_dict(), hf.config.to_dict())
+    return hf, LlamaModel.from_state_dict(hf.state_dict(), hf.config.to_dict())
 
 
 def hf_run(hf, ids):
@@ -128,8 +128,8 @@ def test_state_dict_variants_load_the_same_model(hf_and_ours):
     bare = {k.removeprefix("model."): v.numpy() for k, v in hf.state_dict().items()}
     if ours.config.tie_word_embeddings:
         del bare["lm_head.weight"]  # a tied head may be left out
-    for sd, cfg in [(bare, hf.config.to_dict()), (ours.to_llama_state_dict(), ours.config)]:
-        other = LlamaModel.from_llama_state_dict(sd, cfg)
+    for sd, cfg in [(bare, hf.config.to_dict()), (ours.to_state_dict(), ours.config)]:
+        other = LlamaModel.from_state_dict(sd, cfg)
         np.testing.assert_array_equal(other.logits_without_cache(IDS), want)
     if ours.config.tie_word_embeddings:
         assert ours.weights.head_VD is ours.weights.wte_VD
@@ -434,12 +434,12 @@ def test_bad_config_json_is_refused_naming_the_key(change, match):
 @pytest.fixture(scope="module")
 def good_sd():
     model = small_model()
-    return model.to_llama_state_dict(), model.config
+    return model.to_state_dict(), model.config
 
 
 def test_bad_state_dicts_are_refused_naming_the_key(good_sd):
     sd, cfg = good_sd
-    load = LlamaModel.from_llama_state_dict
+    load = LlamaModel.from_state_dict
     with pytest.raises(
         ValueError, match="state_dict: missing key 'layers.1.mlp.up_proj.weight' \\(1 missing"
     ):
@@ -481,9 +481,9 @@ def test_a_tied_config_refuses_a_different_lm_head(good_sd):
     sd, cfg = good_sd
     tied = LlamaConfig(**(vars(cfg) | {"tie_word_embeddings": True}))
     shared = sd | {"lm_head.weight": sd["model.embed_tokens.weight"]}
-    model = LlamaModel.from_llama_state_dict(shared, tied)
+    model = LlamaModel.from_state_dict(shared, tied)
     assert model.weights.head_VD is model.weights.wte_VD
     with pytest.raises(ValueError, match="state_dict\\['lm_head.weight'\\]: expected the token embedding"):
-        LlamaModel.from_llama_state_dict(sd, tied)
+        LlamaModel.from_state_dict(sd, tied)
     with pytest.raises(TypeError, match="config: expected a LlamaConfig"):
         LlamaModel.random(kvtutor.TOY_CONFIG)

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.caches.kv import KVCache
 from kvtutor.caches.paged import BlockAllocator, PagedKVCache, PagedKVPool, block_owners
 from kvtutor.caches.prefix import block_hashes
+from kvtutor.caches.protocol import KVCacheBase
 from kvtutor.serving.paged_trace import Request, random_trace, shared_prefix_trace, simulate_trace
 
 
@@ -75,7 +75,7 @@ def test_protocol_and_shapes():
     model = make_model()
     pool = PagedKVPool.for_model(model, n_blocks=8, block_size=4)
     seq = pool.new_sequence()
-    assert isinstance(seq, KVCache)
+    assert isinstance(seq, KVCacheBase)
     assert (seq.n_layers, seq.n_kv_heads, seq.d_head, seq.capacity) == (2, 2, 4, 48)
     assert pool.k_LNHPK.shape == (2, 8, 2, 4, 4)
     assert pool.block_bytes == 2 * 2 * 2 * 4 * 4 * 4 and pool.token_bytes == pool.block_bytes // 4
@@ -199,9 +199,8 @@ def test_free_returns_every_block_and_retires_the_sequence():
         seq.free()
     with pytest.raises(ValueError, match=r"^seq: expected a live sequence"):
         pool.fork(seq)
-    k = np.zeros((2, 1, 4), np.float32)
     with pytest.raises(ValueError, match=r"^cache: expected a live sequence"):
-        seq.update(0, k, k)  # the pool has no other sequence: the check must not depend on that
+        seq.plan(1)  # the pool has no other sequence: the check must not depend on that
     assert pool.allocator.n_free == 6
 
 
@@ -312,18 +311,25 @@ def test_protocol_errors():
     pool = PagedKVPool.for_model(model, n_blocks=4, block_size=2)
     seq = pool.new_sequence(capacity=6)
     k = np.zeros((2, 1, 4), np.float32)
+    plan = seq.plan(1)
     with pytest.raises(ValueError, match=r"^layer: expected 0 <= layer < 2, got 2"):
-        seq.update(2, k, k)
-    with pytest.raises(ValueError, match=r"^k_new_HTK: expected shape \[H=2, T, K=4\]"):
-        seq.update(0, np.zeros((4, 1, 4), np.float32), k)
-    with pytest.raises(ValueError, match=r"^k_new_HTK: 7 new tokens do not fit: cache holds 0 of capacity 6"):
-        seq.update(0, np.zeros((2, 7, 4), np.float32), np.zeros((2, 7, 4), np.float32))
-    seq.update(0, k, k)
-    with pytest.raises(ValueError, match=r"^n_tokens: expected 0 <= n_tokens <= 0, got 1"):
-        seq.advance(1)  # layer 1 has not been written yet
-    seq.update(1, k, k)
-    seq.advance(1)
-    with pytest.raises(ValueError, match=r"^length: expected 0 <= length <= 1, got 2"):
+        seq.update(2, k, k, plan)
+    with pytest.raises(ValueError, match=r"^k_new: expected shape \[H=2, T=1, K=4\]"):
+        seq.update(0, np.zeros((4, 1, 4), np.float32), k, plan)
+    with pytest.raises(
+        ValueError, match=r"^ids: 7 new tokens after 0 cached ones exceed the cache capacity 6"
+    ):
+        seq.plan(7)
+    seq.update(0, k, k, plan)
+    with pytest.raises(ValueError, match=r"^plan: layers \[1\] were not written under this plan"):
+        seq.advance(plan)  # layer 1 has not been written yet
+    with pytest.raises(ValueError, match=r"^layer: layer 0 was already written under this plan"):
+        seq.update(0, k, k, plan)
+    seq.update(1, k, k, plan)
+    seq.advance(plan)
+    with pytest.raises(ValueError, match=r"^plan: expected an open plan, got one already committed"):
+        seq.advance(plan)
+    with pytest.raises(ValueError, match=r"^length: expected 0 <= length <= 1 \(every row.s length\), got 2"):
         seq.truncate(2)
     with pytest.raises(ValueError, match=r"^capacity: expected 1 <= capacity <= 48, got 49"):
         pool.new_sequence(capacity=49)
@@ -343,7 +349,7 @@ def test_failed_forward_half_way_leaves_the_committed_state():
     model.prefill([1, 2, 3], seq)
     keys = [seq.keys(layer).copy() for layer in range(2)]
     k = np.ones((2, 2, 4), np.float32)
-    seq.update(0, k, k)  # layer 0 written, layer 1 not: the pass "failed"
+    seq.update(0, k, k, seq.plan(2))  # layer 0 written, layer 1 not: the pass "failed"
     assert len(seq) == 3
     for layer in range(2):
         np.testing.assert_array_equal(seq.keys(layer), keys[layer])

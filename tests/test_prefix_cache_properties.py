@@ -209,14 +209,15 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             if x.tokens:
                 _, keys, values = cold(self.model_name, tuple(x.tokens))
                 for layer in range(self.model.config.n_layers):
-                    np.testing.assert_allclose(seq.keys(layer), keys[layer], rtol=0, atol=1e-6)
-                    np.testing.assert_allclose(seq.values(layer), values[layer], rtol=0, atol=1e-6)
+                    # float32 rows of size ~2 computed in other chunks: a few units in the last place
+                    np.testing.assert_allclose(seq.keys(layer), keys[layer], rtol=0, atol=1e-5)
+                    np.testing.assert_allclose(seq.values(layer), values[layer], rtol=0, atol=1e-5)
         # every named block, held or cached, holds the keys and values of the tokens its name stands for
         for h, block in a.block_of.items():
             _, keys, values = cold(self.model_name, self.prefix_of[h])
             for layer in range(self.model.config.n_layers):
                 for buf, ref in ((pool.k_LNHPK, keys[layer]), (pool.v_LNHPK, values[layer])):
-                    np.testing.assert_allclose(buf[layer, block], ref[:, -self.p :], rtol=0, atol=1e-6)
+                    np.testing.assert_allclose(buf[layer, block], ref[:, -self.p :], rtol=0, atol=1e-5)
 
 
 class LlamaPrefixCacheMachine(PrefixCacheMachine):

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvtutor
-from kvtutor.caches.kv import PreallocatedKVCache
 from kvtutor.caches.quant import (
     KEY_MODES,
     QMAX,
@@ -150,12 +149,13 @@ def write(cache, chunks, k_LHSK, v_LHSK, start=0):
     """Feed the rows chunk by chunk through update/advance; each update's return must equal what
     keys()/values() give once it is committed."""
     pos = start
-    for n in chunks:
-        returned = [cache.update(i, k_LHSK[i, :, pos : pos + n], v_LHSK[i, :, pos : pos + n])
+    for n in filter(None, chunks):  # a pass writes at least one token (plan(0) is refused)
+        plan = cache.plan(n)
+        returned = [cache.update(i, k_LHSK[i, :, pos : pos + n], v_LHSK[i, :, pos : pos + n], plan)
                     for i in range(cache.n_layers)]  # fmt: skip
-        cache.advance(n)
+        cache.advance(plan)
         pos += n
-        for i, (k, v) in enumerate(returned):
+        for i, (k, v, _) in enumerate(returned):
             np.testing.assert_array_equal(k, cache.keys(i))
             np.testing.assert_array_equal(v, cache.values(i))
 
@@ -229,12 +229,13 @@ def test_a_group_is_quantized_once_when_it_fills():
     np.testing.assert_array_equal(cache.keys(0), k[0, :, :3])  # no group full yet: float
     assert (cache.k_scale_LHNK == 0).all()
     state = cache_state(cache)
-    cache.update(0, k[0, :, 3:5], k[0, :, 3:5])  # fills group 0, not committed
+    plan = cache.plan(2)
+    cache.update(0, k[0, :, 3:5], k[0, :, 3:5], plan)  # fills group 0, not committed
     assert_same_state(state, cache_state(cache))
-    with pytest.raises(ValueError, match="n_tokens"):
-        cache.advance(1)
+    with pytest.raises(TypeError, match="^plan"):
+        cache.advance(2)
     assert_same_state(state, cache_state(cache))
-    cache.advance(2)
+    cache.advance(plan)
     scales = cache.k_scale_LHNK[0, :, 0].copy()
     np.testing.assert_array_equal(scales, np.abs(k[0, :, :4]).max(axis=1) / 127)
     write(cache, [1, 2], k, k, start=5)
@@ -248,69 +249,19 @@ def test_non_finite_rows_are_refused_unchanged():
     state = cache_state(cache)
     for bad in (np.nan, np.inf):
         rows = np.array([[[1.0, bad]]], np.float32)
-        with pytest.raises(ValueError, match=r"^k_new_HTK: expected finite numbers to quantize"):
-            cache.update(0, rows, np.ones_like(rows))
-        with pytest.raises(ValueError, match=r"^v_new_HTK: expected finite numbers to quantize"):
-            cache.update(0, np.ones_like(rows), rows)
+        plan = cache.plan(1)
+        with pytest.raises(ValueError, match=r"^k_new: expected finite numbers to quantize"):
+            cache.update(0, rows, np.ones_like(rows), plan)
+        with pytest.raises(ValueError, match=r"^v_new: expected finite numbers to quantize"):
+            cache.update(0, np.ones_like(rows), rows, plan)
     assert_same_state(state, cache_state(cache))
 
 
 # ---------------------------------------------------------------- the same protocol as the float caches
 
 
-def outcome(cache, kind, layer, count, k, v):
-    """One call on ``cache``: ("ok", the shapes it returned) or (the exception's type, message)."""
-    try:
-        if kind == "update":
-            result = cache.update(layer, k, v)
-        elif kind == "advance":
-            result = cache.advance(count)
-        elif kind == "truncate":
-            result = cache.truncate(count)
-        else:
-            result = cache.keys(layer), cache.values(layer)
-    except (TypeError, ValueError) as exc:
-        return type(exc), str(exc)
-    return "ok", None if result is None else [a.shape for a in result]
-
-
-@st.composite
-def operations(draw, n_layers, n_heads, d_head, capacity):
-    ops = []
-    for _ in range(draw(st.integers(1, 25))):
-        kind = draw(st.sampled_from(["update", "update", "update", "advance", "truncate", "read"]))
-        layer = draw(st.sampled_from([*range(n_layers), -1, n_layers, 1.0, "0"]))
-        count = draw(st.sampled_from([*range(capacity + 2), -1, 2.0, True]))
-        shape = draw(st.sampled_from(["ok", "ok", "ok", "heads", "mismatch", "list"]))
-        ops.append((kind, layer, count, shape))
-    return ops
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.data(), st.sampled_from(KEY_MODES), st.integers(1, 4))
-def test_same_errors_and_lengths_as_the_preallocated_cache(data, key_mode, group_size):
-    """Any sequence of calls, good or bad, gives the float cache's result (or its exception type
-    and message) and length; the committed keys stay within the bound of the float cache's."""
-    n_layers, n_heads, d_head, capacity = 2, 2, 3, data.draw(st.integers(1, 10))
-    float_cache = PreallocatedKVCache(n_layers, n_heads, capacity, d_head)
-    quant = QuantizedKVCache(n_layers, n_heads, capacity, d_head, key_mode=key_mode, group_size=group_size)
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
-    truncated_into_a_group = False
-    for kind, layer, count, shape in data.draw(operations(n_layers, n_heads, d_head, capacity)):
-        n = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 1
-        k = rng.standard_normal((n_heads + (shape == "heads"), n, d_head)).astype(np.float32)
-        v = rng.standard_normal((n_heads, n + (shape == "mismatch"), d_head)).astype(np.float32)
-        k = k.tolist() if shape == "list" else k
-        if kind == "truncate" and key_mode == "per_channel" and isinstance(count, int):
-            truncated_into_a_group |= count < quant.n_quantized_keys(len(quant))
-        results = [outcome(c, kind, layer, count, k, v) for c in (float_cache, quant)]
-        assert results[0] == results[1], (kind, layer, count, shape)
-        assert len(float_cache) == len(quant)
-        if not truncated_into_a_group:  # else the bound holds against the rows the truncate left
-            for i in range(n_layers):
-                k_bound, v_bound = quant.error_bounds(i)
-                assert_within(quant.keys(i), float_cache.keys(i), k_bound, np.float32)
-                assert_within(quant.values(i), float_cache.values(i), v_bound, np.float32)
+# Any sequence of protocol calls, good or bad, on this cache against the float reference:
+# tests/test_cache_protocol.py, which runs every cache class through the same machine.
 
 
 # The bad-input tests of test_errors.py (prefill, decode, generate into a filled cache) run on this
@@ -333,7 +284,7 @@ def test_for_model_fits_both_models(toy_model, dtype):
     for model in (toy_model, LlamaModel.random(llama().config, dtype=dtype)):
         cfg = model.config
         cache = QuantizedKVCache.for_model(model)
-        assert isinstance(cache, kvtutor.KVCache)
+        assert isinstance(cache, kvtutor.KVCacheBase)
         model.check_cache(cache)
         assert (cache.n_layers, cache.n_kv_heads, cache.d_head) == (cfg.n_layers, cfg.n_kv_heads, cfg.d_head)
         assert cache.capacity == cfg.max_seq_len and cache.dtype == model.weights.wte_VD.dtype

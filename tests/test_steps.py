@@ -130,7 +130,7 @@ def test_attention_core_is_causal_softmax_attention_per_query_head(n_heads, n_kv
     q_HTK = rng.standard_normal((n_heads, n_new, 4))
     k_HSK, v_HSK = rng.standard_normal((2, n_kv_heads, n_keys, 4))
     trace: dict = {}
-    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace)
+    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace=trace)
     assert o_HTK.shape == (n_heads, n_new, 4)
     group = n_heads // n_kv_heads
     for h in range(n_heads):

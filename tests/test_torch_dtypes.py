@@ -17,9 +17,9 @@ import kvtutor
 
 torch = pytest.importorskip("torch")
 
-from kvtutor.models import torch_engine as engine  # noqa: E402
-from kvtutor.models import torch_gpt2 as tmod  # noqa: E402
+from kvtutor.models import cuda_graphs as engine  # noqa: E402
 from kvtutor.models import torch_mirror as mirror  # noqa: E402
+from kvtutor.models import torch_weights  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -169,7 +169,7 @@ def test_padded_lm_head_gives_the_same_logits(monkeypatch):
     """The LM head padded to a multiple of 64 rows (as on CUDA): zero rows, logits sliced back."""
     numpy_model = kvtutor.GPT2Model.random(CONFIGS["mha-k5"], seed=3)
     plain = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
-    monkeypatch.setitem(tmod._VOCAB_MULTIPLE, "cpu", 64)
+    monkeypatch.setitem(torch_weights.VOCAB_MULTIPLE, "cpu", 64)
     padded = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device="cpu")
     assert padded.head_VD.shape == (64, 15) and padded.wte_VD.shape == (61, 15)
     assert torch.count_nonzero(padded.head_VD[61:]) == 0

@@ -133,14 +133,17 @@ def test_construction_keeps_the_numpy_models_weights(pair64):
     w, ly = numpy_model.weights, ours.layers[0]
     np.testing.assert_array_equal(np_(ly.w_q), w.layers[0].w_q)
     np.testing.assert_array_equal(np_(ly.w_up), w.layers[0].w_up)
-    assert (
-        ly.w_qkv.mT.is_contiguous()
-        and ly.w_k.untyped_storage().data_ptr() == ly.w_qkv.untyped_storage().data_ptr()
-    )
+    # laid out as GPT-2's (``torch_weights.row_major``: along the longer side on a CPU), every
+    # weight in the one arena, the projections views of the fused matrices
+    for mat in (ly.w_qkv, ly.w_o, ly.w_gate_up, ly.w_down):
+        assert (mat if ours.row_major(*mat.shape) else mat.mT).is_contiguous()
+    assert ours.row_major(*ly.w_qkv.shape) and not ours.row_major(*ly.w_down.shape)
+    arena = {t.untyped_storage().data_ptr() for _, t in ours._named_weights()}
+    assert len(arena) == 1 and ly.w_k.untyped_storage().data_ptr() in arena
     assert not ly.b_qkv.any() and not ly.b_down.any()  # Llama has no biases: zeros for the mirror's linear
     assert not np.shares_memory(np_(ours.wte_VD), w.wte_VD)  # a copy: nothing shared with the NumPy model
-    sd = {k: v.numpy() for k, v in ours.to_llama_state_dict().items()}  # arrays: read in float64 as they are
-    again = TorchLlamaModel.from_llama_state_dict(sd, ours.config, "cpu", torch.float64)
+    sd = {k: v.numpy() for k, v in ours.to_state_dict().items()}  # arrays: read in float64 as they are
+    again = TorchLlamaModel.from_state_dict(sd, ours.config, "cpu", torch.float64)
     assert torch.equal(again.logits_without_cache([TOKENS[:9]]), ours.logits_without_cache([TOKENS[:9]]))
     drawn = TorchLlamaModel.random(ours.config, seed=3, device="cpu", dtype=torch.float64, std=0.4)
     assert torch.equal(drawn.logits_without_cache([TOKENS[:9]]), ours.logits_without_cache([TOKENS[:9]]))
@@ -150,7 +153,7 @@ def test_construction_keeps_the_numpy_models_weights(pair64):
 
 
 def test_state_dict_round_trip_in_float32(model):
-    again = TorchLlamaModel.from_llama_state_dict(model.to_llama_state_dict(), model.config, "cpu")
+    again = TorchLlamaModel.from_state_dict(model.to_state_dict(), model.config, "cpu")
     assert torch.equal(again.logits_without_cache([TOKENS]), model.logits_without_cache([TOKENS]))
 
 
@@ -158,7 +161,7 @@ def test_tied_head_is_the_embedding():
     numpy_model, ours = small(tie_word_embeddings=True)
     assert ours.tied and ours.head_VD is ours.wte_VD
     assert ours.n_params == numpy_model.n_params
-    sd = ours.to_llama_state_dict()
+    sd = ours.to_state_dict()
     assert sd["lm_head.weight"] is sd["model.embed_tokens.weight"]
 
 
@@ -168,7 +171,7 @@ def test_tied_head_is_the_embedding():
 @pytest.fixture(scope="module", params=sorted(HF_CONFIGS))
 def hf_pair(request):
     hf = make_hf(**HF_CONFIGS[request.param])
-    return hf, TorchLlamaModel.from_llama_state_dict(hf.state_dict(), hf.config.to_dict(), device="cpu")
+    return hf, TorchLlamaModel.from_state_dict(hf.state_dict(), hf.config.to_dict(), device="cpu")
 
 
 def hf_run(hf, ids_BT):
@@ -195,9 +198,7 @@ def test_same_logits_and_rotated_keys_as_transformers(hf_pair):
 
 def test_same_logits_as_transformers_in_float64(hf_pair):
     hf64 = copy.deepcopy(hf_pair[0]).double()
-    ours = TorchLlamaModel.from_llama_state_dict(
-        hf64.state_dict(), hf64.config.to_dict(), "cpu", torch.float64
-    )
+    ours = TorchLlamaModel.from_state_dict(hf64.state_dict(), hf64.config.to_dict(), "cpu", torch.float64)
     ref, _ = hf_run(hf64, [IDS])
     torch.testing.assert_close(ours.logits_without_cache([IDS]), ref, **HF64)
 
@@ -234,7 +235,7 @@ def test_ragged_rows_match_transformers_row_by_row(hf_pair):
 def test_bf16_runs_within_tolerance(hf_pair):
     hf, ours = hf_pair
     sd, cfg = hf.state_dict(), hf.config.to_dict()
-    half = TorchLlamaModel.from_llama_state_dict(sd, cfg, device="cpu", dtype="bf16")
+    half = TorchLlamaModel.from_state_dict(sd, cfg, device="cpu", dtype="bf16")
     assert half.dtype == torch.bfloat16 and half.cos_MK.dtype == torch.bfloat16
     cache = half.new_cache(2)
     assert cache.k_LBHMK.dtype == torch.bfloat16
@@ -256,8 +257,8 @@ def torch_llama_and_tokens(draw):
     """``test_llama``'s random configs (MHA, GQA, MQA; tied or not; RoPE bases 10 to 10000), the
     model in float64, a sequence and a split into a prompt and chunks fed through the cache."""
     numpy_model, ids, n_prompt = draw(llama_and_tokens())
-    numpy_model = LlamaModel.from_llama_state_dict(  # float32 weights, computed in float64
-        numpy_model.to_llama_state_dict(), numpy_model.config, np.float64
+    numpy_model = LlamaModel.from_state_dict(  # float32 weights, computed in float64
+        numpy_model.to_state_dict(), numpy_model.config, np.float64
     )
     ours = TorchLlamaModel.from_numpy(numpy_model, device="cpu", dtype=torch.float64)
     chunks, i = [], n_prompt
@@ -458,13 +459,11 @@ def test_bad_caches_are_refused_and_left_unchanged(model):
         model.decode_step([1], None)
     with pytest.raises(TypeError, match=r"^cache: expected a cache .*got None"):
         model.prefill([[1]], None)
-    with pytest.raises(
-        TypeError, match=r"^cache: expected a cache .*or a NumPy cache of one sequence, got list"
-    ):
+    with pytest.raises(TypeError, match=r"^cache: expected a KV cache .*for_model\(model\)\), got list"):
         model.forward([[1]], [small()[0].new_cache()])
     other = small(torch.float64, np.float64)[1].new_cache(2)  # another dtype
     other_before = snapshot(other)
-    with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):
+    with pytest.raises(ValueError, match=r"^cache: this TorchPreallocatedKVCache holds torch.float64 on cpu"):
         model.decode_step([1, 2], other)
     assert_unchanged(other_before, other)
     empty = model.new_cache(2, 5)
@@ -505,7 +504,7 @@ def test_bad_arguments_name_themselves(model):
         (
             lambda: TorchLlamaModel.from_numpy(model),
             TypeError,
-            r"^llama_model: expected a kvtutor.LlamaModel",
+            r"^numpy_model: expected a kvtutor.LlamaModel",
         ),
         (
             lambda: TorchLlamaModel.random(model.config, dtype=torch.int32),
@@ -541,7 +540,7 @@ def _bad_state_dicts(sd: dict) -> list:
 
 def test_bad_state_dicts_and_configs_are_refused_as_the_numpy_model_refuses_them():
     numpy_model, _ = small()
-    sd, cfg = numpy_model.to_llama_state_dict(), numpy_model.config
+    sd, cfg = numpy_model.to_state_dict(), numpy_model.config
     hf_cfg = {"model_type": "llama", "vocab_size": 30, "hidden_size": 16, "intermediate_size": 24,
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 16, "rope_theta": 100.0}  # fmt: skip
@@ -553,14 +552,12 @@ def test_bad_state_dicts_and_configs_are_refused_as_the_numpy_model_refuses_them
     ]
     for state_dict, config in loads:
         with pytest.raises((TypeError, ValueError)) as numpy_error:
-            LlamaModel.from_llama_state_dict(state_dict, config)
+            LlamaModel.from_state_dict(state_dict, config)
         with pytest.raises(numpy_error.type) as torch_error:
-            TorchLlamaModel.from_llama_state_dict(state_dict, config, device="cpu")
+            TorchLlamaModel.from_state_dict(state_dict, config, device="cpu")
         message = str(torch_error.value)
         assert message == str(numpy_error.value) and message.startswith(("state_dict", "config"))
-    ok = TorchLlamaModel.from_llama_state_dict(
-        sd, hf_cfg, device="cpu"
-    )  # the same weights, read from config.json
+    ok = TorchLlamaModel.from_state_dict(sd, hf_cfg, device="cpu")  # the same weights, read from config.json
     np.testing.assert_allclose(
         np_(ok.logits_without_cache([TOKENS[:6]]))[0], numpy_model.logits_without_cache(TOKENS[:6]), **F32
     )

@@ -18,8 +18,9 @@ torch = pytest.importorskip("torch")
 
 from kvtutor import validate  # noqa: E402
 from kvtutor.caches.torch_kv import TorchPreallocatedKVCache  # noqa: E402
+from kvtutor.models import cuda_graphs as engine  # noqa: E402
 from kvtutor.models import gpt2 as npm  # noqa: E402
-from kvtutor.models import torch_engine as engine  # noqa: E402
+from kvtutor.models import torch_gpt2  # noqa: E402
 from kvtutor.models import torch_mirror as mirror  # noqa: E402
 from kvtutor.models.gpt2 import causal_mask as np_causal_mask  # noqa: E402
 from kvtutor.models.gpt2_weights import GPT2Weights  # noqa: E402
@@ -139,9 +140,9 @@ def test_large_logits_equal_numpy():
 
 def test_gelu_inplace_equals_gelu():
     x = torch.linspace(-4, 4, 101)
-    ref = mirror.gelu(x)
+    ref = torch_gpt2.gelu(x)
     y = x.clone()
-    assert mirror.gelu(y, inplace=True) is y
+    assert torch_gpt2.gelu(y, inplace=True) is y
     torch.testing.assert_close(y, ref)
     np.testing.assert_allclose(ref.numpy(), kvtutor.models.gpt2.gelu(x.numpy()), atol=1e-6)
 
@@ -463,7 +464,10 @@ def test_check_cache_names_the_kind_it_wants(model):
     assert cache.batch_size == 1 and model.check_cache(cache) is cache
     assert model.check_cache(cache, kind="preallocated") is cache
     concat = model.new_cache(2, 8, kind="concat")
-    with pytest.raises(ValueError, match=r"^cache: expected a kind='preallocated' cache, got kind='concat'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^cache: expected a kind='preallocated' cache, got a TorchConcatKVCache \(kind='concat'\)",
+    ):
         model.check_cache(concat, kind="preallocated")
 
 
@@ -480,9 +484,9 @@ def test_the_fixed_shape_step_equals_the_step_functions(pair):
             ids_B = torch.tensor([t, t + 7])
             ref = ours.decode_step(ids_B, mirror_c)
             for n_keys in (fixed_c.host_lengths[0] + 1, 20):  # the tightest stretch, the whole cache
-                got = engine.decode_fixed(ours, ids_B, fixed_c, n_keys)
+                got, plan = engine.decode_fixed(ours, ids_B, fixed_c, n_keys)
                 torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
-            fixed_c.advance(1)  # the fixed step leaves the lengths to its caller
+            fixed_c.advance(plan)  # the fixed step leaves the commit to its caller
     assert mirror_c.host_lengths == fixed_c.host_lengths == [8, 8]
     assert mirror_c.lengths.tolist() == fixed_c.lengths.tolist() == [8, 8]
     for layer in range(ours.config.n_layers):
@@ -632,17 +636,21 @@ def test_decode_errors_that_depend_on_the_cache(model):
     assert_unchanged(before, cache)
     with pytest.raises(TypeError, match="^cache: expected a cache from TorchGPT2Model.new_cache"):
         model.decode_step([1, 2], None)
-    with pytest.raises(
-        TypeError, match=r"^cache: expected a cache from TorchGPT2Model.new_cache\(\) or a NumPy"
-    ):
+    with pytest.raises(TypeError, match=r"^cache: expected a KV cache \(model.new_cache\(\), or a cache of"):
         model.decode_step([1], {"k": [], "v": []})
-    one_layer = kvtutor.GPT2Config(vocab_size=50, d_model=12, n_heads=3, n_layers=1, max_seq_len=24)
-    numpy_other = kvtutor.GPT2Model.random(one_layer).new_cache()  # a NumPy cache of another shape
-    with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):
-        model.decode_step([1], numpy_other)
+    numpy_twin = _models("gqa")[0].new_cache()  # a NumPy cache, of this very shape
+    with pytest.raises(
+        TypeError, match=r"^cache: this PreallocatedKVCache holds NumPy arrays, and a TorchGPT2"
+    ):
+        model.decode_step([1], numpy_twin)
     other = _models("mha")[1].new_cache(2)
-    with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim, dtype, device\)"):
+    with pytest.raises(ValueError, match=r"^cache: expected \(layers, kv heads, head dim\) = "):
         model.decode_step([1, 2], other)
+    half = kvtutor.TorchGPT2Model.from_numpy(_models("gqa")[0], device="cpu", dtype=torch.bfloat16)
+    with pytest.raises(
+        ValueError, match=r"^cache: this TorchPreallocatedKVCache holds torch.bfloat16 on cpu, the"
+    ):
+        model.decode_step([1], half.new_cache())
 
 
 def test_bad_prefill_row_leaves_cache_unchanged(model):
@@ -853,19 +861,34 @@ def test_repr_fits_the_text_width_and_names_config_device_and_dtype():
     )
 
 
-def test_advance_by_a_count_is_checked_and_leaves_a_full_cache_unchanged():
-    """The fused step's ``advance(n)`` refuses to move a row past the capacity, naming n_new."""
+def test_a_fixed_plan_is_checked_on_the_host_and_commits_only_what_was_written():
+    """``fixed_plan`` refuses a bucket that a row's next token would fall outside of (the old
+    ``decode_fixed`` with too few keys overwrote a cached slot); a count is no plan; a fixed plan
+    is committed once per write, and never past the capacity."""
     model = kvtutor.TorchGPT2Model.random(CONFIGS["mha"], device="cpu")
     cache = model.new_cache(2, 4)
     model.prefill([[1, 2, 3], [4, 5, 6]], cache)
-    cache.advance(1)
-    assert cache.host_lengths == [4, 4] and cache.lengths.tolist() == [4, 4]
-    with pytest.raises(
-        ValueError, match=r"^n_new: 1 new tokens after 4 cached ones exceed the cache capacity 4"
+    before = snapshot(cache)
+    for n_keys, match in (
+        (3, r"^n_keys: expected more than the longest row's 3 cached tokens"),
+        (0, r"^n_keys: expected 1 <= n_keys <= 4, got 0"),
+        (5, r"^n_keys: expected 1 <="),
     ):
+        with pytest.raises(ValueError, match=match):
+            engine.decode_fixed(model, torch.tensor([1, 2]), cache, n_keys)
+        assert_unchanged(before, cache)
+    with pytest.raises(TypeError, match=r"^plan: expected a Plan from this cache's plan\(\), got int"):
         cache.advance(1)
-    with pytest.raises(ValueError, match=r"^n_new: 1 new tokens after 4"):
-        cache.advance_host(1)
+    _, plan = engine.decode_fixed(model, torch.tensor([1, 2]), cache, 4)
+    cache.advance(plan)
+    assert cache.host_lengths == [4, 4] and cache.lengths.tolist() == [4, 4]
+    with pytest.raises(ValueError, match=r"^plan: layers \[0, 1\] were not written under this plan"):
+        cache.advance(plan)  # a second commit with no replay in between
+    plan.replayed()  # as if the graph ran again: the rows are full now
+    with pytest.raises(
+        ValueError, match=r"^plan: 1 new tokens after 4 cached ones exceed the cache capacity 4"
+    ):
+        cache.advance(plan)
     assert cache.host_lengths == [4, 4] and cache.lengths.tolist() == [4, 4]
 
 
@@ -880,5 +903,12 @@ def test_a_fixed_plan_writes_where_the_ragged_plan_would():
     assert torch.equal(fixed.mask[..., :4], ragged.mask)
     saved = cache.save_slots(fixed)
     cache.k_flat[0].index_fill_(0, fixed.write_idx, 7.0)
-    cache.restore_slots(fixed, saved)
-    assert torch.equal(cache.k_flat[0][fixed.write_idx], saved[0][0])
+    cache.restore_slots(saved)
+    assert torch.equal(cache.k_flat[0][fixed.write_idx], saved.rows[0][0])
+    other = model.new_cache(2, 8)
+    with pytest.raises(
+        ValueError, match=r"^saved: expected slots saved from this cache, got another cache's"
+    ):
+        other.restore_slots(saved)  # refused before any layer is written
+    with pytest.raises(TypeError, match=r"^saved: expected what save_slots\(\) returned, got list"):
+        cache.restore_slots([])

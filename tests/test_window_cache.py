@@ -9,11 +9,11 @@ import pytest
 from conftest import assert_same_state, cache_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from protocol_ops import operations
 from test_errors import BAD_PREFILL, BAD_TOKEN
-from test_quant_cache import operations
 
 import kvtutor
-from kvtutor.caches.kv import PreallocatedKVCache, cache_mask
+from kvtutor.caches.kv import PreallocatedKVCache
 from kvtutor.caches.window import (
     BandedKVCache,
     EvictionReport,
@@ -227,30 +227,31 @@ def test_llama_long_generation_keeps_flat_memory_and_the_reference_tokens():
 
 
 def test_attention_core_takes_the_mask_from_the_cache(toy_model):
-    """A cache without ``mask`` gets the causal mask; one whose mask is wrong in shape or type is
-    refused by cache_mask, naming the class, before attention uses it."""
-    plain = toy_model.new_cache()
-    assert cache_mask(plain, 3, 3) is None and cache_mask(None, 3, 3) is None
+    """A cache answers its mask with its keys; one that answers a mask of the wrong shape or type
+    is refused, naming the class, before attention uses it."""
 
     class BadMask(PreallocatedKVCache):
-        answer = np.ones((2, 2), dtype=bool)
+        wrong = np.ones((2, 2), dtype=bool)
 
-        def mask(self, n_new):
-            return self.answer
+        def update(self, layer, k_HTK, v_HTK, plan):
+            k_HSK, v_HSK, _ = super().update(layer, k_HTK, v_HTK, plan)
+            return k_HSK, v_HSK, self.wrong
 
     bad = BadMask(2, 2, 16, 4)
-    with pytest.raises(ValueError, match=r"cache.mask: expected a bool array of shape \[3, 3\] from BadMask"):
+    with pytest.raises(
+        ValueError, match=r"^cache.update: expected a mask of None or a bool array of shape \[3, 3\]"
+    ):
         toy_model.prefill([1, 2, 3], bad)
-    BadMask.answer = np.ones((3, 3), dtype=int)
-    with pytest.raises(ValueError, match=r"shape \[3, 3\] from BadMask.mask\(3\), got int64 \[3, 3\]"):
+    BadMask.wrong = np.ones((3, 3), dtype=int)
+    with pytest.raises(ValueError, match=r"shape \[3, 3\] from BadMask.update, got int64 \[3, 3\]"):
         toy_model.prefill([1, 2, 3], bad)
-    BadMask.answer = [[True] * 3] * 3
+    BadMask.wrong = [[True] * 3] * 3
     with pytest.raises(ValueError, match=r"got list"):
         toy_model.prefill([1, 2, 3], bad)
     assert len(bad) == 0
     # a mask that lets each query see only its own key: position 0 is as causal (it sees only
     # itself there too), the later ones are not
-    BadMask.answer = np.eye(3, dtype=bool)
+    BadMask.wrong = np.eye(3, dtype=bool)
     own_TV = toy_model.prefill([1, 2, 3], bad)
     causal_TV = toy_model.logits_without_cache([1, 2, 3])
     np.testing.assert_allclose(own_TV[0], causal_TV[0], rtol=1e-5, atol=1e-6)
@@ -263,24 +264,27 @@ def test_attention_core_takes_the_mask_from_the_cache(toy_model):
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_protocol_matches_the_banded_cache_at_the_kept_positions(data):
-    """Any sequence of calls, good or bad: the ring gives the banded cache's errors and lengths,
-    returns its rows at the positions it attends, and holds its rows at the positions it keeps;
-    only a truncate that would need rows evicted before the last advance is refused (and changes
-    nothing): what the last advance pushed out comes back."""
+    """Any sequence of protocol calls, good or bad: the ring gives the banded cache's errors and
+    lengths, returns its rows and its mask at the positions it attends, and holds its rows at the
+    positions it keeps; only a truncate that would need rows evicted before the last advance is
+    refused (and changes nothing): what the last advance pushed out comes back."""
     n_layers, n_heads, d_head, capacity = 2, 2, 3, data.draw(st.integers(1, 10))
     window = data.draw(st.integers(1, capacity))
     n_sink = data.draw(st.integers(0, window - 1))
     banded = BandedKVCache(n_layers, n_heads, capacity, d_head, window, n_sink)
     ring = SlidingWindowKVCache(n_layers, n_heads, capacity, d_head, window, n_sink)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    plans: dict[int, object] = {id(banded): None, id(ring): None}
     restorable = np.zeros(0, np.int64)  # what the last advance pushed out of the ring, or dropped
-    for kind, layer, count, shape in data.draw(operations(n_layers, n_heads, d_head, capacity)):
+    for kind, number, fault in data.draw(operations(n_layers, capacity)):
         held, start = ring.positions(), len(ring)
-        n = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 1
-        k = rng.standard_normal((n_heads + (shape == "heads"), n, d_head)).astype(np.float32)
-        v = rng.standard_normal((n_heads, n + (shape == "mismatch"), d_head)).astype(np.float32)
-        k = k.tolist() if shape == "list" else k
-        if kind == "truncate" and isinstance(count, int) and not isinstance(count, bool):
+        n_new = 1 + number % capacity
+        layer = number % n_layers if fault != "layer_out" else n_layers
+        count = number % (len(ring) + 1) if fault is None else len(ring) + 1 + number
+        n_plan = 1 if plans[id(ring)] is None else plans[id(ring)].n_new
+        k = rng.standard_normal((n_heads + (fault == "k_heads"), n_plan, d_head)).astype(np.float32)
+        v = rng.standard_normal((n_heads, n_plan, d_head)).astype(np.float32)
+        if kind == "truncate":
             lost = np.setdiff1d(kept_positions(count, window, n_sink), ring.positions())
             if 0 <= count <= len(ring) and np.setdiff1d(lost, restorable).size:
                 before = cache_state(ring)
@@ -290,30 +294,40 @@ def test_protocol_matches_the_banded_cache_at_the_kept_positions(data):
                 continue
         results = []
         for cache in (banded, ring):
+            plan = plans[id(cache)]
             try:
-                if kind == "update":
-                    got = cache.update(layer, k, v)
-                    attended = ring.attended_positions(n)
-                    got = [a[:, attended] for a in got] if cache is banded else list(got)
+                if kind == "plan":
+                    got = plans[id(cache)] = cache.plan(n_new)
+                    got = None
+                elif kind == "update":
+                    got = list(cache.update(layer, k, v, plan))
+                    if cache is banded:
+                        attended = ring.attended_positions(plan.n_new)
+                        mask = got[2] if got[2] is not None else causal_mask(plan.n_new, got[0].shape[1])
+                        got = [got[0][:, attended], got[1][:, attended], mask[:, attended]]
+                    elif got[2] is None:  # one query: it sees every key returned
+                        got[2] = np.ones((plan.n_new, got[0].shape[1]), dtype=bool)
                 elif kind == "advance":
-                    got = cache.advance(count)
+                    got = cache.advance(plan)
+                    plans[id(cache)] = None
                 elif kind == "truncate":
                     got = cache.truncate(count)
+                    plans[id(cache)] = None
                 else:
-                    got = [cache.keys(layer), cache.values(layer)]
+                    got = [cache.keys(layer % n_layers), cache.values(layer % n_layers)]
                     got = [a[:, ring.positions()] for a in got] if cache is banded else got
                 results.append(("ok", got))
             except (TypeError, ValueError) as exc:
                 results.append((type(exc), str(exc)))
         (tag_b, got_b), (tag_r, got_r) = results
-        assert tag_b == tag_r, (kind, layer, count, shape, got_b, got_r)
+        assert tag_b == tag_r, (kind, number, fault, got_b, got_r)
         if kind == "advance" and tag_b == "ok" and len(ring) > start:
             restorable = np.concatenate([held, np.arange(start, len(ring))])
         if tag_b == "ok" and got_b is not None:
             for a, b in zip(got_b, got_r, strict=True):
                 np.testing.assert_array_equal(a, b)
         elif tag_b != "ok":
-            assert got_b == got_r
+            assert got_b == got_r.replace("SlidingWindowKVCache", "BandedKVCache")
         assert len(banded) == len(ring)
         kept = ring.positions()
         for i in range(n_layers):
@@ -360,10 +374,11 @@ def test_a_forward_pass_that_fails_half_way_changes_nothing(filled):
     model, cache = filled
     before = full_state(cache)
     rows = np.ones((2, 2, 4), np.float32)
-    cache.update(0, rows, rows)
+    plan = cache.plan(2)
+    cache.update(0, rows, rows, plan)
     assert_same_state(before, full_state(cache))
-    with pytest.raises(ValueError, match="n_tokens: expected the 0 rows written to every layer"):
-        cache.advance(2)
+    with pytest.raises(ValueError, match=r"^plan: layers \[1\] were not written under this plan"):
+        cache.advance(plan)
     assert_same_state(before, full_state(cache))
 
 
@@ -465,7 +480,7 @@ def test_bad_sizes_and_models_are_refused():
     ):
         SlidingWindowKVCache.for_model("gpt2", 4)
     with pytest.raises(ValueError, match=r"^n_new: expected an int >= 1, got 0"):
-        SlidingWindowKVCache(1, 1, 4, 2, 2).mask(0)
+        SlidingWindowKVCache(1, 1, 4, 2, 2).plan(0)
     assert check_window(np.int64(3), np.int64(1), 4) == (3, 1)
 
 

@@ -17,7 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kvtutor import bench
-from kvtutor.models.torch_engine import bucket_for, decode_fixed
+from kvtutor.models.cuda_graphs import bucket_for, decode_fixed
 
 OUT = os.environ.get("OUT", ".")
 DEVICE = os.environ.get("DEVICE", "cuda")

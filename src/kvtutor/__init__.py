@@ -29,11 +29,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .caches.kv import ConcatKVCache, KVCache, PreallocatedKVCache
+from .caches.kv import ConcatKVCache, PreallocatedKVCache
+from .caches.protocol import KVCacheBase, Plan
 from .extras import installed, missing_extra
 from .models.config import TOY_CONFIG, GPT2Config
 from .models.gpt2 import GPT2Model
 from .models.llama import LlamaConfig, LlamaModel
+from .models.qwen3 import Qwen3Config, Qwen3Model
 from .models.tokenizer import ToyTokenizer
 from .models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
 
@@ -46,7 +48,10 @@ __all__ = [
     "GPT2Model",
     "LlamaConfig",
     "LlamaModel",
-    "KVCache",
+    "Qwen3Config",
+    "Qwen3Model",
+    "KVCacheBase",
+    "Plan",
     "PreallocatedKVCache",
     "ConcatKVCache",
     "ToyTokenizer",
@@ -56,7 +61,11 @@ __all__ = [
 
 # torch is optional: kvtutor imports without it, TorchGPT2Model needs it (and `import *` offers it only then)
 #: The names that need torch, and the module each comes from (imported on first use).
-_TORCH_NAMES = {"TorchGPT2Model": "models.torch_gpt2", "TorchLlamaModel": "models.torch_llama"}
+_TORCH_NAMES = {
+    "TorchGPT2Model": "models.torch_gpt2",
+    "TorchLlamaModel": "models.torch_llama",
+    "TorchQwen3Model": "models.torch_qwen3",
+}
 
 if installed("torch"):
     __all__ += list(_TORCH_NAMES)

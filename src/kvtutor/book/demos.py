@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..caches.kv import ConcatKVCache, KVCache, PreallocatedKVCache, make_cache
+from ..caches.kv import ConcatKVCache, PreallocatedKVCache, make_cache
+from ..caches.protocol import KVCacheBase
 from ..models.config import GPT2Config
 from ..models.gpt2 import (
     GPT2Model,
@@ -79,7 +80,7 @@ def attention_offset_mask(q_HTK: np.ndarray, k_HSK: np.ndarray, v_HSK: np.ndarra
     return masked_attention(q_HTK, k_HSK, v_HSK, causal_mask(q_HTK.shape[1], k_HSK.shape[1]))
 
 
-def forward_offset_mask(model: GPT2Model, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
+def forward_offset_mask(model: GPT2Model, ids_T: Any, cache: KVCacheBase | None = None) -> np.ndarray:
     """[T] -> [T,V]: right: the model's forward, with the offset mask applied even when T = 1."""
     return model.forward(ids_T, cache, core=lambda i, q, k, v: attention_offset_mask(q, k, v))
 
@@ -255,11 +256,11 @@ class CountingConcatKVCache(ConcatKVCache):
         super().__init__(*args, **kwargs)
         self.bytes_written = 0
 
-    def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]; counts the S rows of the two new arrays."""
-        k_HSK, v_HSK = super().update(layer, k_new_HTK, v_new_HTK)
+    def update(self, layer, k_HTK, v_HTK, plan):
+        """[H,T,K] x2 -> [H,S,K] x2 and the mask; counts the S rows of the two new arrays."""
+        k_HSK, v_HSK, mask_TS = super().update(layer, k_HTK, v_HTK, plan)
         self.bytes_written += k_HSK.nbytes + v_HSK.nbytes
-        return k_HSK, v_HSK
+        return k_HSK, v_HSK, mask_TS
 
 
 class CountingPreallocatedKVCache(PreallocatedKVCache):
@@ -269,14 +270,14 @@ class CountingPreallocatedKVCache(PreallocatedKVCache):
         super().__init__(*args, **kwargs)
         self.bytes_written = 0
 
-    def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]; counts the T new rows of keys and values."""
-        k_HSK, v_HSK = super().update(layer, k_new_HTK, v_new_HTK)
-        self.bytes_written += 2 * k_new_HTK.size * self.k_LHMK.itemsize
-        return k_HSK, v_HSK
+    def update(self, layer, k_HTK, v_HTK, plan):
+        """[H,T,K] x2 -> [H,S,K] x2 and the mask; counts the T new rows of keys and values."""
+        k_HSK, v_HSK, mask_TS = super().update(layer, k_HTK, v_HTK, plan)
+        self.bytes_written += 2 * k_HTK.size * self.k_LHMK.itemsize
+        return k_HSK, v_HSK, mask_TS
 
 
-def counting_cache(model: GPT2Model, kind: str = "preallocated", capacity: int | None = None) -> KVCache:
+def counting_cache(model: GPT2Model, kind: str = "preallocated", capacity: int | None = None) -> KVCacheBase:
     """An empty cache like ``model.new_cache(capacity=capacity, kind=kind)`` that also counts
     ``bytes_written``."""
     kinds = {"preallocated": CountingPreallocatedKVCache, "concat": CountingConcatKVCache}

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..caches.kv import KVCache, PreallocatedKVCache
+from ..caches.kv import PreallocatedKVCache
+from ..caches.protocol import KVCacheBase
 from ..models.gpt2 import GPT2Model, causal_mask, repeat_kv
 from ..validate import check_token_id
 from .demos import QCache, attention_offset_mask, masked_attention
@@ -92,7 +93,7 @@ def _check_one_mask(is_causal: bool, mask_TS: Any) -> None:
         raise ValueError("is_causal: expected False when mask_TS is given, got True")
 
 
-def forward_top_left_mask(model: GPT2Model, ids_T: Any, cache: KVCache | None = None) -> np.ndarray:
+def forward_top_left_mask(model: GPT2Model, ids_T: Any, cache: KVCacheBase | None = None) -> np.ndarray:
     """[T] -> [T,V]: WRONG after a non-empty cache: the model's forward with a top-left mask."""
     return model.forward(ids_T, cache, core=lambda i, q, k, v: attention_top_left_mask(q, k, v))
 
@@ -142,7 +143,7 @@ def _check_whole_buffer_step(model: GPT2Model, token_id: Any, cache: Any) -> int
 # ---------------------------------------------------------------- the cache nobody needs: queries
 
 
-def forward_storing_queries(model: GPT2Model, ids_T: Any, cache: KVCache, q_cache: QCache) -> np.ndarray:
+def forward_storing_queries(model: GPT2Model, ids_T: Any, cache: KVCacheBase, q_cache: QCache) -> np.ndarray:
     """[T] -> [T,V]: the model's forward, also appending each layer's new query rows to ``q_cache``.
 
     Attention uses only the new rows, as the model does, so ``q_cache.reads`` never moves.
@@ -157,7 +158,7 @@ def forward_storing_queries(model: GPT2Model, ids_T: Any, cache: KVCache, q_cach
 
 
 def forward_reading_cached_queries(
-    model: GPT2Model, ids_T: Any, cache: KVCache, q_cache: QCache
+    model: GPT2Model, ids_T: Any, cache: KVCacheBase, q_cache: QCache
 ) -> np.ndarray:
     """[T] -> [T,V]: attention for ALL S stored queries (old and new), then
     only the last T rows kept.

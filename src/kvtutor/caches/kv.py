@@ -1,231 +1,178 @@
-"""KV caches for the NumPy model: one interface, two layouts.
+"""KV caches of one sequence: the two layouts every chapter uses, and the base of every policy.
 
 ``PreallocatedKVCache`` is what real engines do: one buffer per layer of shape [H, M, K] for keys
 and one for values, written in place at the current position, with an explicit length counter.
-``ConcatKVCache`` is the pseudo-code version: each step concatenates the new row onto the old
+``ConcatKVCache`` is the pseudo-code version: each step concatenates the new rows onto the old
 arrays, so every step copies the whole history.
 
-Both speak the caches' one protocol (``kvtutor.caches``): ``update(layer, k_new_HTK, v_new_HTK)``
-per layer, returning the [H, S, K] keys and values to attend to, then ``advance(T)``.
-
-A cache may also say which of the keys it returns each new query may see, by a method
-``mask(n_new) -> [T, S] bool array or None`` (optional: the protocol below does not require it).
-For the ``n_new`` = T queries at positions ``len(cache) .. len(cache) + T - 1`` and the S keys that
-``update`` returns for them, True where query t may see key s; None means the plain causal mask
-(the T queries are the last T of the S keys, and each sees every key up to its own position).
-A sliding-window cache (``kvtutor.caches.window``) returns only the keys its window keeps and masks
-within them. ``gpt2.attention_core`` asks through ``cache_mask``, which checks the answer.
+Both speak the protocol of ``kvtutor.caches.protocol``: ``plan = cache.plan(T)``, then per layer
+``k_HSK, v_HSK, mask_TS = cache.update(layer, k_new_HTK, v_new_HTK, plan)``, then
+``cache.advance(plan)``. They hold one sequence in the model's own arrays (``OneSequenceCache``):
+NumPy arrays for a NumPy model, tensors on the device for a torch model (a batch of one, arrays
+[1, H, T, K]); ``for_model(model)`` picks the backend. The window, int8 and paged caches are built
+the same way.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
-from ..validate import check_float_dtype, check_int
+from ..validate import check_int
+from .backend import NumpyOps, TorchOps, is_torch_dtype, ops_for
+from .protocol import KVCacheBase, Plan, check_cache_args
 
 __all__ = [
-    "KVCache",
-    "CacheBase",
+    "OneSequenceCache",
     "PreallocatedKVCache",
     "ConcatKVCache",
     "CACHE_KINDS",
     "make_cache",
     "check_cache",
     "model_cache_shape",
-    "cache_mask",
     "start_position",
 ]
 
 
-@runtime_checkable
-class KVCache(Protocol):
-    n_layers: int
-    n_kv_heads: int
-    d_head: int
+class OneSequenceCache(KVCacheBase):
+    """A cache of one sequence in either backend (``backend.ops_for(dtype, device)``): its
+    ``update`` takes and returns [H, T, K] arrays for a NumPy model and [1, H, T, K] tensors for a
+    torch model, its masks [T, S] or [1, 1, T, S]. Subclasses write the mechanism on [H, T, K]:
+    ``check_update`` strips the batch axis, ``answer`` puts it back."""
 
-    def __len__(self) -> int: ...
-    @property
-    def capacity(self) -> int: ...
-    def keys(self, layer: int) -> np.ndarray: ...
-    def values(self, layer: int) -> np.ndarray: ...
-    def update(
-        self, layer: int, k_new_HTK: np.ndarray, v_new_HTK: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]: ...
-    def advance(self, n_tokens: int) -> None: ...
-    def truncate(self, length: int) -> None: ...
-    @property
-    def nbytes(self) -> int: ...
+    batch_size = 1
+    ops: NumpyOps | TorchOps
 
-
-def check_cache_args(n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype: Any) -> np.dtype:
-    """Sizes of a cache: positive ints; ``dtype`` a floating NumPy dtype (an integer cache would
-    round every key and value). Returns the dtype."""
-    for name, value in (
-        ("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("capacity", capacity), ("d_head", d_head)
-    ):  # fmt: skip
-        check_int(name, value, 1)
-    return check_float_dtype(dtype)
-
-
-class CacheBase:
-    """Argument checks shared by both layouts."""
-
-    n_layers: int
-    n_kv_heads: int
-    d_head: int
-    _length: int
-
-    def __len__(self) -> int:
-        return self._length
+    def _init_sequence(
+        self, n_layers: Any, n_kv_heads: Any, capacity: Any, d_head: Any, dtype: Any, device: Any
+    ) -> None:
+        self.n_layers, self.n_kv_heads, self._capacity, self.d_head = check_cache_args(
+            n_layers, n_kv_heads, capacity, d_head
+        )
+        self.ops = ops_for(dtype, device)
+        self.backend, self.dtype, self.device = self.ops.backend, self.ops.dtype, self.ops.device
+        self.batched = self.backend == "torch"  # a torch model's arrays carry the batch axis
+        self._init_lengths()
 
     @property
-    def capacity(self) -> int:
+    def length(self) -> int:
+        """The committed length of the sequence."""
+        return int(self._host[0])
+
+    def check_update(self, layer: Any, k_new: Any, v_new: Any, plan: Any) -> tuple[int, Any, Any]:
+        """``KVCacheBase.check_update``, then the new rows as [H, T, K] (a torch batch of one
+        loses its batch axis)."""
+        layer, k_new, v_new = super().check_update(layer, k_new, v_new, plan)
+        return (layer, k_new[0], v_new[0]) if self.batched else (layer, k_new, v_new)
+
+    def answer(self, k_HSK: Any, v_HSK: Any, mask_TS: np.ndarray | None, layer: int, plan: Plan) -> Any:
+        """What ``update`` returns: the keys and values (with the batch axis of a torch model) and
+        the mask (None: causal), after recording that ``layer`` was written."""
+        self.mark_written(layer, plan)
+        if not self.batched:
+            return k_HSK, v_HSK, mask_TS
+        mask = None if mask_TS is None else self.ops.mask(mask_TS)[None, None]  # (1, 1, T, S)
+        return k_HSK[None], v_HSK[None], mask
+
+    def _read(self, which: str, layer: int, row: int | None) -> Any:
+        arr_HSK = self.read(which, layer)
+        if self.backend == "numpy":
+            arr_HSK = arr_HSK.view()
+            arr_HSK.flags.writeable = False  # what is committed changes only through the protocol
+        return arr_HSK[None] if self.batched and row is None else arr_HSK
+
+    def read(self, which: str, layer: int) -> Any:
+        """[H, len, K]: the committed keys ("k") or values ("v") of one layer."""
         raise NotImplementedError
 
-    def _check_layer(self, layer: int) -> None:
-        check_int("layer", layer)
-        if not 0 <= layer < self.n_layers:
-            raise ValueError(f"layer: expected 0 <= layer < {self.n_layers}, got {layer}")
 
-    def _check_new(self, layer: int, k_new_HTK: np.ndarray, v_new_HTK: np.ndarray) -> int:
-        self._check_layer(layer)
-        for name, arr in (("k_new_HTK", k_new_HTK), ("v_new_HTK", v_new_HTK)):
-            if not isinstance(arr, np.ndarray):
-                raise TypeError(f"{name}: expected a numpy array, got {type(arr).__name__}")
-            if arr.ndim != 3 or arr.shape[0] != self.n_kv_heads or arr.shape[2] != self.d_head:
-                raise ValueError(
-                    f"{name}: expected shape [H={self.n_kv_heads}, T, K={self.d_head}], got {list(arr.shape)}"
-                )
-        if k_new_HTK.shape != v_new_HTK.shape:
-            raise ValueError(
-                f"v_new_HTK: expected the shape of k_new_HTK {list(k_new_HTK.shape)}, "
-                f"got {list(v_new_HTK.shape)}"
-            )
-        n_new = k_new_HTK.shape[1]
-        if self._length + n_new > self.capacity:
-            raise ValueError(
-                f"k_new_HTK: {n_new} new tokens do not fit: cache holds {self._length} "
-                f"of capacity {self.capacity}"
-            )
-        return n_new
-
-    def advance(self, n_tokens: int) -> None:
-        """Commit the rows that ``update`` wrote for every layer: the length grows by n_tokens."""
-        pending = min(self._pending)
-        n_tokens = check_int("n_tokens", n_tokens)
-        if n_tokens != pending or max(self._pending) != pending:
-            raise ValueError(
-                f"n_tokens: expected the {pending} rows written to every layer by update(), got {n_tokens}"
-            )
-        self._length += n_tokens
-        self._pending = [0] * self.n_layers
-
-
-class PreallocatedKVCache(CacheBase):
+class PreallocatedKVCache(OneSequenceCache):
     """Per layer, keys and values in buffers of shape [H, M, K], filled up to ``len(self)``."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
-        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
-        n_layers, n_kv_heads, capacity, d_head = int(n_layers), int(n_kv_heads), int(capacity), int(d_head)
-        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
-        self.k_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
-        self.v_LHMK = np.zeros((n_layers, n_kv_heads, capacity, d_head), dtype=dtype)
-        self._length = 0
-        self._pending = [0] * n_layers
+    kind = "preallocated"
 
-    @property
-    def capacity(self) -> int:
-        return self.k_LHMK.shape[2]
+    def __init__(
+        self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype: Any = np.float32,
+        device: Any = None,
+    ) -> None:  # fmt: skip
+        self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
+        shape = (self.n_layers, self.n_kv_heads, self._capacity, self.d_head)
+        self.k_LHMK, self.v_LHMK = self.ops.zeros(shape), self.ops.zeros(shape)
 
-    def keys(self, layer: int) -> np.ndarray:
-        """[H, len, K], a read-only view of the filled part of this layer's key buffer."""
-        self._check_layer(layer)
-        view = self.k_LHMK[layer, :, : self._length]
-        view.flags.writeable = False
-        return view
+    @classmethod
+    def for_model(cls, model: Any, capacity: int | None = None) -> Any:
+        """An empty cache for one sequence of ``model`` (any kvtutor model, in its backend)."""
+        n_layers, n_kv_heads, capacity, d_head, dtype, device = model_cache_shape(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, dtype, device)
 
-    def values(self, layer: int) -> np.ndarray:
-        """[H, len, K], a read-only view of the filled part of this layer's value buffer."""
-        self._check_layer(layer)
-        view = self.v_LHMK[layer, :, : self._length]
-        view.flags.writeable = False
-        return view
+    def read(self, which: str, layer: int) -> Any:
+        buf = self.k_LHMK if which == "k" else self.v_LHMK
+        return buf[layer, :, : self.length]
 
-    def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write at len .. len+T-1, in
-        place.
+    def update(self, layer, k_HTK, v_HTK, plan):
+        """[H,T,K] x2 -> [H,S,K] x2 and the mask: write at len .. len+T-1 in
+        place, return every key and value up to there (mask None: causal).
 
         The book shows this in "Decode, step by step".
         """
-        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
-        self._pending[layer] = n_new
-        end = self._length + n_new
-        self.k_LHMK[layer, :, self._length : end] = k_new_HTK
-        self.v_LHMK[layer, :, self._length : end] = v_new_HTK
-        return self.k_LHMK[layer, :, :end], self.v_LHMK[layer, :, :end]
-
-    def truncate(self, length: int) -> None:
-        """Forget every position from ``length`` on (rolls back rejected draft tokens)."""
-        self._length = check_int("length", length, 0, self._length)
-        self._pending = [0] * self.n_layers
+        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
+        start, end = plan.start, plan.start + plan.n_new
+        self.k_LHMK[layer, :, start:end] = k_HTK
+        self.v_LHMK[layer, :, start:end] = v_HTK
+        k_HSK, v_HSK = self.k_LHMK[layer, :, :end], self.v_LHMK[layer, :, :end]
+        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
 
     @property
     def nbytes(self) -> int:
         """Bytes held, the whole capacity: preallocation reserves it up front."""
-        return self.k_LHMK.nbytes + self.v_LHMK.nbytes
+        return int(self.k_LHMK.nbytes + self.v_LHMK.nbytes)
 
 
-class ConcatKVCache(CacheBase):
+class ConcatKVCache(OneSequenceCache):
     """Per layer, keys and values as arrays [H, len, K] that grow by concatenation."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype=np.float32) -> None:
-        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
-        n_layers, n_kv_heads, capacity, d_head = int(n_layers), int(n_kv_heads), int(capacity), int(d_head)
-        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
-        self._capacity = capacity
-        empty = np.zeros((n_kv_heads, 0, d_head), dtype=dtype)
-        self._k = [empty] * n_layers
-        self._v = [empty] * n_layers
-        self._length = 0
-        self._pending = [0] * n_layers
+    kind = "concat"
 
-    @property
-    def capacity(self) -> int:
-        return self._capacity
+    def __init__(
+        self, n_layers: int, n_kv_heads: int, capacity: int, d_head: int, dtype: Any = np.float32,
+        device: Any = None,
+    ) -> None:  # fmt: skip
+        self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
+        empty = self.ops.zeros((self.n_kv_heads, 0, self.d_head))
+        self._k = [empty] * self.n_layers
+        self._v = [empty] * self.n_layers
 
-    def keys(self, layer: int) -> np.ndarray:
-        self._check_layer(layer)
-        return self._k[layer][:, : self._length]
+    @classmethod
+    def for_model(cls, model: Any, capacity: int | None = None) -> Any:
+        """An empty cache for one sequence of ``model`` (any kvtutor model, in its backend)."""
+        n_layers, n_kv_heads, capacity, d_head, dtype, device = model_cache_shape(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, dtype, device)
 
-    def values(self, layer: int) -> np.ndarray:
-        self._check_layer(layer)
-        return self._v[layer][:, : self._length]
+    def read(self, which: str, layer: int) -> Any:
+        return (self._k if which == "k" else self._v)[layer][:, : self.length]
 
-    def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: a new array = old ++ new
-        (a full copy).
+    def update(self, layer, k_HTK, v_HTK, plan):
+        """[H,T,K] x2 -> [H,S,K] x2 and the mask: a new array = old ++ new
+        (a full copy of the history).
 
         The book shows this in "Decode, step by step".
         """
-        self._pending[layer] = self._check_new(layer, k_new_HTK, v_new_HTK)
-        k = self._k[layer][:, : self._length]
-        v = self._v[layer][:, : self._length]
-        self._k[layer] = np.concatenate([k, k_new_HTK.astype(k.dtype)], axis=1)
-        self._v[layer] = np.concatenate([v, v_new_HTK.astype(v.dtype)], axis=1)
-        return self._k[layer], self._v[layer]
+        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
+        k_old, v_old = self._k[layer], self._v[layer]
+        k_HSK = self.ops.cat([k_old[:, : plan.start], self.ops.cast(k_HTK)], axis=1)
+        v_HSK = self.ops.cat([v_old[:, : plan.start], self.ops.cast(v_HTK)], axis=1)
+        self._k[layer], self._v[layer] = k_HSK, v_HSK
+        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
 
-    def truncate(self, length: int) -> None:
-        self._length = check_int("length", length, 0, self._length)
-        self._pending = [0] * self.n_layers
-        self._k = [k[:, : self._length] for k in self._k]
-        self._v = [v[:, : self._length] for v in self._v]
+    def _truncate(self, length: int, row: int | None) -> None:
+        self._k = [k[:, :length] for k in self._k]  # what was cut off is released
+        self._v = [v[:, :length] for v in self._v]
 
     @property
     def nbytes(self) -> int:
         """Bytes held: only what has been written so far."""
-        return sum(k[:, : self._length].nbytes for k in self._k) * 2
+        return sum(int(k[:, : self.length].nbytes) for k in self._k) * 2
 
 
 #: The kinds of cache ``new_cache(kind=...)`` makes, the same names for the NumPy and torch models.
@@ -246,7 +193,7 @@ def make_cache(
     """``kinds[kind]`` for one sequence of up to ``capacity`` positions (``None``: ``max_seq_len``),
     after checking every argument: the body of ``new_cache`` for the NumPy models (and of the
     book's counting caches, which pass their own ``kinds``). A NumPy model runs one sequence at a
-    time, so ``batch_size`` must be 1: a batch is one cache per sequence, or a ``TorchGPT2Model``."""
+    time, so ``batch_size`` must be 1: a batch is one cache per sequence, or a torch model."""
     if isinstance(batch_size, str):
         raise TypeError(
             f"batch_size: expected an int, got str {batch_size!r} (the kind is a keyword argument: "
@@ -256,7 +203,7 @@ def make_cache(
     if batch_size != 1:
         raise ValueError(
             f"batch_size: expected 1 (a NumPy model runs one sequence; make one cache per sequence "
-            f"or use a TorchGPT2Model for a batch), got {batch_size}"
+            f"or use a torch model, TorchGPT2Model or TorchLlamaModel, for a batch), got {batch_size}"
         )
     capacity = max_seq_len if capacity is None else check_int("capacity", capacity, 1, max_seq_len)
     if kind not in kinds:
@@ -264,71 +211,59 @@ def make_cache(
     return kinds[kind](n_layers, n_kv_heads, capacity, d_head, dtype)
 
 
-def check_cache(cache: Any, n_layers: int, n_kv_heads: int, d_head: int, max_seq_len: int) -> None:
-    """A TypeError unless ``cache`` is a NumPy KV cache; a ValueError unless it has this model's
-    layers, KV heads and head width and fits in ``max_seq_len`` positions."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache: expected a KV cache from new_cache(), got {type(cache).__name__}")
-    if hasattr(cache, "plan"):  # a torch cache plans its passes
-        raise TypeError(f"cache: expected a NumPy model's KV cache, got a torch one, {type(cache).__name__}")
+def check_cache(cache: Any, model: Any, backend: str) -> KVCacheBase:
+    """``cache`` if it is a cache (``KVCacheBase``) of ``model``'s layers, KV heads and head width,
+    in ``backend`` ("numpy" or "torch") and, for torch, the model's dtype and device, numbering at
+    most ``max_seq_len`` positions; else a TypeError or ValueError naming ``cache`` and the cache."""
+    name = type(cache).__name__
+    if not isinstance(cache, KVCacheBase):
+        raise TypeError(
+            f"cache: expected a KV cache (model.new_cache(), or a cache of kvtutor.caches made "
+            f"with for_model(model)), got {name}"
+        )
+    cfg = model.config
+    if cache.backend != backend:
+        holds = "NumPy arrays" if cache.backend == "numpy" else "torch tensors"
+        raise TypeError(
+            f"cache: this {name} holds {holds}, and a {type(model).__name__} runs on "
+            f"{'torch tensors' if backend == 'torch' else 'NumPy arrays'}: make it with "
+            f"{name}.for_model(model, ...) or model.new_cache()"
+        )
     got = (cache.n_layers, cache.n_kv_heads, cache.d_head)
-    want = (n_layers, n_kv_heads, d_head)
+    want = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head)
     if got != want:
         raise ValueError(f"cache: expected (layers, kv heads, head dim) = {want} for this model, got {got}")
-    if cache.capacity > max_seq_len:  # positions past max_seq_len have no embedding
+    if backend == "torch" and (cache.dtype, cache.device) != (model.dtype, model.device):
         raise ValueError(
-            f"cache: expected a capacity <= this model's max_seq_len {max_seq_len}, "
-            f"got {cache.capacity} (make caches with model.new_cache() or "
-            "PagedKVPool.for_model(model, ...))"
+            f"cache: this {name} holds {cache.dtype} on {cache.device}, the model computes in "
+            f"{model.dtype} on {model.device}: make it with {name}.for_model(model, ...)"
         )
+    if cache.capacity > cfg.max_seq_len:  # positions past max_seq_len have no embedding
+        raise ValueError(
+            f"cache: expected a capacity <= this model's max_seq_len {cfg.max_seq_len}, "
+            f"got {cache.capacity} (make caches with model.new_cache() or for_model(model))"
+        )
+    return cache
 
 
-def model_cache_shape(model: Any, capacity: Any = None) -> tuple[int, int, int, int, np.dtype]:
-    """(layers, KV heads, capacity, head width, float dtype) of a cache for one sequence of
-    ``model``, any kvtutor model: a NumPy model's weights' dtype, or a torch model's dtype as
-    NumPy holds it (float32 or float64; a torch model in bf16 or fp16 is a ValueError: these
-    caches keep host arrays, and rounding every key to another dtype would change the answer).
-    ``capacity`` defaults to ``max_seq_len``. Anything else is a TypeError naming ``model``."""
-    cfg = getattr(model, "config", None)
-    weights = getattr(model, "weights", None)
-    torch_dtype = getattr(model, "dtype", None) if weights is None else None
-    if cfg is None or (weights is None and torch_dtype is None):
+def model_cache_shape(model: Any, capacity: Any = None) -> tuple[int, int, int, int, Any, Any]:
+    """(layers, KV heads, capacity, head width, dtype, device) of a cache for one sequence of
+    ``model``, any kvtutor model: a NumPy model's weights' dtype (device None), or a torch model's
+    dtype and device. ``capacity`` defaults to ``max_seq_len``. Anything else is a TypeError
+    naming ``model``."""
+    cfg, weights = getattr(model, "config", None), getattr(model, "weights", None)
+    torch_dtype = getattr(model, "dtype", None)
+    if cfg is None or (weights is None and not is_torch_dtype(torch_dtype)):
         raise TypeError(
-            f"model: expected a kvtutor model (GPT2Model, LlamaModel, TorchGPT2Model, TorchLlamaModel), "
+            f"model: expected a kvtutor model (GPT2Model, LlamaModel, Qwen3Model or a torch twin), "
             f"got {type(model).__name__}"
         )
     if weights is not None:
-        dtype = weights.wte_VD.dtype
+        dtype, device = weights.wte_VD.dtype, None
     else:
-        name = str(torch_dtype).removeprefix("torch.")
-        if name not in ("float32", "float64"):
-            raise ValueError(
-                f"model: expected a torch model in float32 or float64 for a NumPy cache, got {torch_dtype}"
-            )
-        dtype = np.dtype(name)
+        dtype, device = torch_dtype, model.device
     capacity = cfg.max_seq_len if capacity is None else check_int("capacity", capacity, 1, cfg.max_seq_len)
-    return cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, dtype
-
-
-def cache_mask(cache: Any, n_new: int, n_keys: int) -> np.ndarray | None:
-    """[T,S] bool or None: the mask ``cache`` chooses for ``n_new`` queries against the ``n_keys``
-    keys its ``update`` returned (see the module docstring), or None where there is no cache, the
-    cache has no ``mask`` method, or it answers None (the plain causal mask). A mask that is not a
-    bool array of shape [n_new, n_keys] is a ValueError naming the cache's class."""
-    mask = getattr(cache, "mask", None) if cache is not None else None
-    if mask is None:
-        return None
-    mask_TS = mask(n_new)
-    if mask_TS is None:
-        return None
-    is_array = isinstance(mask_TS, np.ndarray)
-    if not is_array or mask_TS.dtype != np.bool_ or mask_TS.shape != (n_new, n_keys):
-        got = f"{mask_TS.dtype} {list(mask_TS.shape)}" if is_array else type(mask_TS).__name__
-        raise ValueError(
-            f"cache.mask: expected a bool array of shape [{n_new}, {n_keys}] from "
-            f"{type(cache).__name__}.mask({n_new}), got {got}"
-        )
-    return mask_TS
+    return cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, dtype, device
 
 
 def start_position(cache: Any, n_new: int, max_seq_len: int, name: str = "ids_T") -> int:

@@ -9,8 +9,9 @@ partly filled block, instead of a buffer reserved for the longest sequence it mi
 Blocks carry reference counts. ``fork`` gives a second sequence the same block table (a shared
 prompt is stored once); the first write into a shared block copies it (copy-on-write).
 
-``PagedKVCache`` (one sequence) follows the cache protocol of ``kvtutor.caches.kv``, so
-``GPT2Model.prefill`` and ``decode_step`` run on it unchanged. Two letters join the dimension key
+``PagedKVCache`` (one sequence) follows the cache protocol of ``kvtutor.caches.protocol``, so every
+model runs on it unchanged; the pool holds NumPy arrays for a NumPy model and tensors on the device
+for a torch model (``PagedKVPool.for_model``). Two letters join the dimension key
 here: N blocks in the pool and P token positions per block, e.g. the pool's keys ``k_LNHPK``.
 
 ``kvtutor.serving.paged_trace`` replays a trace of requests through these blocks, or through contiguous
@@ -28,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int
-from .kv import CacheBase, check_cache_args, model_cache_shape
+from .backend import ops_for
+from .kv import OneSequenceCache, model_cache_shape
+from .protocol import Plan
 
 __all__ = [
     "BlockAllocator",
@@ -152,16 +155,16 @@ class PagedKVPool:
         block_size: int,
         dtype: Any = np.float32,
         max_seq_len: int | None = None,
+        device: Any = None,
     ) -> None:
         for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head)):
             check_int(name, value, 1)
         self.block_size = check_int("block_size", block_size, 1)
-        dtype = check_cache_args(n_layers, n_kv_heads, self.block_size, d_head, dtype)
+        self.ops = ops_for(dtype, device)
         self.allocator = BlockAllocator(n_blocks)
         self.n_layers, self.n_kv_heads, self.d_head = int(n_layers), int(n_kv_heads), int(d_head)
         shape = (self.n_layers, self.allocator.n_blocks, self.n_kv_heads, self.block_size, self.d_head)
-        self.k_LNHPK = np.zeros(shape, dtype=dtype)
-        self.v_LNHPK = np.zeros(shape, dtype=dtype)
+        self.k_LNHPK, self.v_LNHPK = self.ops.zeros(shape), self.ops.zeros(shape)
         full = self.allocator.n_blocks * self.block_size
         self.max_seq_len = full if max_seq_len is None else check_int("max_seq_len", max_seq_len, 1)
         self.sequences: list[PagedKVCache] = []
@@ -169,9 +172,9 @@ class PagedKVPool:
     @classmethod
     def for_model(cls, model: Any, n_blocks: int, block_size: int) -> PagedKVPool:
         """A pool shaped for ``model`` (any kvtutor model: ``kv.model_cache_shape``): its layers, KV
-        heads, head dim, dtype and context. Anything else is a TypeError naming ``model``."""
-        n_layers, n_kv_heads, max_seq_len, d_head, dtype = model_cache_shape(model)
-        return cls(n_layers, n_kv_heads, d_head, n_blocks, block_size, dtype, max_seq_len)
+        heads, head dim, dtype, device and context. Anything else is a TypeError naming ``model``."""
+        n_layers, n_kv_heads, max_seq_len, d_head, dtype, device = model_cache_shape(model)
+        return cls(n_layers, n_kv_heads, d_head, n_blocks, block_size, dtype, max_seq_len, device)
 
     @property
     def n_blocks(self) -> int:
@@ -180,7 +183,8 @@ class PagedKVPool:
     @property
     def block_bytes(self) -> int:
         """Bytes of one block: K and V for P positions in every layer and KV head."""
-        return 2 * self.n_layers * self.n_kv_heads * self.block_size * self.d_head * self.k_LNHPK.itemsize
+        itemsize = self.ops.itemsize(self.ops.dtype)
+        return 2 * self.n_layers * self.n_kv_heads * self.block_size * self.d_head * itemsize
 
     @property
     def token_bytes(self) -> int:
@@ -189,7 +193,7 @@ class PagedKVPool:
     @property
     def nbytes(self) -> int:
         """Bytes of the whole pool (allocated up front, handed out block by block)."""
-        return self.k_LNHPK.nbytes + self.v_LNHPK.nbytes
+        return int(self.k_LNHPK.nbytes + self.v_LNHPK.nbytes)
 
     def new_sequence(self, capacity: int | None = None) -> PagedKVCache:
         """An empty sequence: no blocks yet; it takes them as it grows, up to ``capacity`` tokens."""
@@ -207,8 +211,7 @@ class PagedKVPool:
         child.block_table = seq.block_table[: seq.n_blocks_needed(len(seq))]
         for block in child.block_table:
             self.allocator.retain(block)
-        child._length = len(seq)
-        child._written = [len(seq)] * self.n_layers
+        child.start_at(len(seq))
         self.sequences.append(child)
         return child
 
@@ -233,25 +236,32 @@ class PagedKVPool:
         self.v_LNHPK[:, dst] = self.v_LNHPK[:, src]
 
 
-class PagedKVCache(CacheBase):
+class PagedKVCache(OneSequenceCache):
     """One sequence's view of a ``PagedKVPool``: a block table and a length.
 
     ``keys(layer)`` gathers the sequence's blocks into [H, len, K]; a GPU kernel reads the blocks
     where they lie instead, but the numbers, and so the attention, are the same.
     """
 
+    kind = "paged"
+
     def __init__(self, pool: PagedKVPool, capacity: int) -> None:
         self.pool = pool
         self.n_layers, self.n_kv_heads, self.d_head = pool.n_layers, pool.n_kv_heads, pool.d_head
-        self._capacity = capacity
+        self.ops, self._capacity = pool.ops, capacity
+        self.backend, self.dtype, self.device = self.ops.backend, self.ops.dtype, self.ops.device
+        self.batched = self.backend == "torch"
+        self._init_lengths()
         self.block_table: list[int] = []
-        self._length = 0
-        self._written = [0] * pool.n_layers  # positions written per layer, committed or not
         self.live = True  # False once free() has given the blocks back
 
-    @property
-    def capacity(self) -> int:
-        return self._capacity
+    def start_at(self, length: int) -> None:
+        """Start an empty sequence whose blocks already hold ``length`` positions (a fork, or
+        prefix-cache hits)."""
+        if len(self) != 0:
+            raise ValueError(f"length: expected an empty sequence to start, got one holding {len(self)}")
+        self._host[0] = check_int("length", length, 0, len(self.block_table) * self.block_size)
+        self.epoch += 1
 
     @property
     def block_size(self) -> int:
@@ -261,29 +271,41 @@ class PagedKVCache(CacheBase):
         return math.ceil(n_tokens / self.pool.block_size)
 
     # ------------------------------------------------------------ reading
-    def gather(self, buf_LNHPK: np.ndarray, layer: int, length: int) -> np.ndarray:
+    def gather(self, buf_LNHPK: Any, layer: int, length: int) -> Any:
         """[H, length, K]: this sequence's blocks of one layer, in table order.
 
         The book shows this in "A paged KV cache".
         """
         blocks = self.block_table[: self.n_blocks_needed(length)]
         x_NHPK = buf_LNHPK[layer, blocks]
-        x_HNPK = x_NHPK.transpose(1, 0, 2, 3)  # (H, n, P, K)
+        x_HNPK = self.ops.permute(x_NHPK, 1, 0, 2, 3)  # (H, n, P, K)
         n_positions = len(blocks) * self.pool.block_size
         x_HSK = x_HNPK.reshape(self.n_kv_heads, n_positions, self.d_head)
         return x_HSK[:, :length]
 
-    def keys(self, layer: int) -> np.ndarray:
+    def read(self, which: str, layer: int) -> Any:
         """[H, len, K], gathered from the blocks (a copy)."""
-        self._check_layer(layer)
-        return self.gather(self.pool.k_LNHPK, layer, self._length)
-
-    def values(self, layer: int) -> np.ndarray:
-        """[H, len, K], gathered from the blocks (a copy)."""
-        self._check_layer(layer)
-        return self.gather(self.pool.v_LNHPK, layer, self._length)
+        return self.gather(self.pool.k_LNHPK if which == "k" else self.pool.v_LNHPK, layer, self.length)
 
     # ------------------------------------------------------------ writing
+    def _layout(self, plan: Plan, row: int | None) -> None:
+        """A live sequence, and the free blocks this pass will take (counted, not taken)."""
+        if not self.live:
+            raise ValueError("cache: expected a live sequence, got one that was freed")
+        super()._layout(plan, row)
+        shared, missing = self.blocks_to_take(plan.n_new)
+        self._check_free(plan.n_new, missing + len(shared))
+
+    def blocks_to_take(self, n_new: int) -> tuple[list[int], int]:
+        """For positions len .. len+n_new-1: the entries of the block table whose block others
+        hold too (each must be copied before the write), and how many blocks are missing."""
+        alloc = self.pool.allocator
+        first = self.length // self.block_size
+        need = self.n_blocks_needed(self.length + n_new)
+        end = min(need, len(self.block_table))
+        shared = [j for j in range(first, end) if alloc.refcount[self.block_table[j]] > 1]
+        return shared, max(0, need - len(self.block_table))
+
     def prepare(self, n_new: int) -> None:
         """Make the blocks for positions len .. len+n_new-1 exist and be this
         sequence's alone.
@@ -294,14 +316,7 @@ class PagedKVCache(CacheBase):
         The book shows this in "A paged KV cache".
         """
         alloc = self.pool.allocator
-        first = self._length // self.block_size
-        need = self.n_blocks_needed(self._length + n_new)
-        shared = [
-            j
-            for j in range(first, min(need, len(self.block_table)))
-            if alloc.refcount[self.block_table[j]] > 1
-        ]
-        missing = max(0, need - len(self.block_table))
+        shared, missing = self.blocks_to_take(n_new)
         self._check_free(n_new, missing + len(shared))
         # copy-on-write: this sequence gets its own copy of each shared block
         for j in shared:
@@ -320,41 +335,30 @@ class PagedKVCache(CacheBase):
                 f"{alloc.n_free} of {alloc.n_blocks} (free finished sequences, or make a bigger pool)"
             )
 
-    def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: write into the blocks at
-        len .. len+T-1.
+    def update(self, layer, k_HTK, v_HTK, plan):
+        """[H,T,K] x2 -> [H,S,K] x2 and the mask: write into the blocks at
+        len .. len+T-1, then gather every key and value up to there.
 
         The book shows this in "A paged KV cache".
         """
-        if not self.live:
-            raise ValueError(
-                "cache: expected a live sequence, got one that was freed",
-            )
-        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
-        self.prepare(n_new)
-        pos, done, size = self._length, 0, self.block_size
-        while done < n_new:
+        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
+        self.prepare(plan.n_new)  # layer 0 takes the blocks, the others find them
+        pos, done, size = plan.start, 0, self.block_size
+        while done < plan.n_new:
             block, offset = self.block_table[pos // size], pos % size
-            rows = min(size - offset, n_new - done)
+            rows = min(size - offset, plan.n_new - done)
             dst, src = slice(offset, offset + rows), slice(done, done + rows)
-            self.pool.k_LNHPK[layer, block, :, dst] = k_new_HTK[:, src]
-            self.pool.v_LNHPK[layer, block, :, dst] = v_new_HTK[:, src]
+            self.pool.k_LNHPK[layer, block, :, dst] = k_HTK[:, src]
+            self.pool.v_LNHPK[layer, block, :, dst] = v_HTK[:, src]
             pos, done = pos + rows, done + rows
-        self._written[layer] = self._length + n_new
-        end = self._length + n_new
-        keys_HSK = self.gather(self.pool.k_LNHPK, layer, end)
-        values_HSK = self.gather(self.pool.v_LNHPK, layer, end)
-        return keys_HSK, values_HSK
+        end = plan.start + plan.n_new
+        k_HSK = self.gather(self.pool.k_LNHPK, layer, end)
+        v_HSK = self.gather(self.pool.v_LNHPK, layer, end)
+        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
 
-    def advance(self, n_tokens: int) -> None:
-        n_tokens = check_int("n_tokens", n_tokens, 0, min(self._written) - self._length)
-        self._length += n_tokens
-
-    def truncate(self, length: int) -> None:
-        """Forget positions from ``length`` on; blocks no longer needed go back to the pool."""
-        self._length = check_int("length", length, 0, self._length)
-        self._written = [self._length] * self.n_layers
-        keep = self.n_blocks_needed(self._length)
+    def _truncate(self, length: int, row: int | None) -> None:
+        """Blocks no longer needed go back to the pool."""
+        keep = self.n_blocks_needed(length)
         for block in self.block_table[keep:]:
             self.pool.allocator.release(block)
         del self.block_table[keep:]

@@ -242,7 +242,7 @@ class PrefixCachingPool(PagedKVPool):
         seq.block_table = hits
         seq.block_hashes = hashes[: len(hits)]
         seq.n_cached_tokens = len(hits) * self.block_size
-        seq._start_at(seq.n_cached_tokens)
+        seq.start_at(seq.n_cached_tokens)
         self.query_tokens += len(ids)
         self.hit_tokens += seq.n_cached_tokens
         self.sequences.append(seq)
@@ -286,12 +286,6 @@ class PrefixCachedSequence(PagedKVCache):
         self.token_ids: list[int] = []  # the token at each position, as far as known
         self.block_hashes: list[str] = []  # the names of the first full blocks, in table order
         self.n_cached_tokens = 0  # positions that came from the cache when it started
-
-    def _start_at(self, length: int) -> None:
-        """Start a sequence whose blocks already hold ``length`` positions (cache hits)."""
-        length = check_int("length", length, 0, len(self.block_table) * self.block_size)
-        self._length = length
-        self._written = [length] * self.n_layers
 
     def extend_tokens(self, token_ids: Any) -> None:
         """Declare the ids of the next positions (a generated token, before ``decode_step`` writes
@@ -364,9 +358,9 @@ class PrefixCachedSequence(PagedKVCache):
             self.token_ids = declared
             raise
 
-    def advance(self, n_tokens: int) -> None:
+    def advance(self, plan: Any) -> None:
         """Commit the rows written by ``update``; name every block that is now full."""
-        super().advance(n_tokens)
+        super().advance(plan)
         self.name_full_blocks()
 
     def name_full_blocks(self) -> None:
@@ -379,13 +373,12 @@ class PrefixCachedSequence(PagedKVCache):
             self.block_hashes.append(h)
             self.pool.allocator.register(self.block_table[j], h)
 
-    def truncate(self, length: int) -> None:
+    def _truncate(self, length: int, row: int | None) -> None:
         """Forget positions (and their token ids) from ``length`` on. The blocks no longer needed go
         back last block first, so that the cache evicts a prefix's tail before its head; a named
         block that becomes partly filled loses its name unless others hold it (then it keeps it
         until a write: ``prepare`` copies it if others still hold it, or drops the name if this
         sequence is its last holder)."""
-        length = check_int("length", length, 0, len(self))
         alloc = self.pool.allocator
         keep = self.n_blocks_needed(length)
         partial = length % self.block_size
@@ -395,8 +388,6 @@ class PrefixCachedSequence(PagedKVCache):
                 alloc.forget(block)
         del self.block_hashes[length // self.block_size :]
         del self.token_ids[length:]
-        self._length = length
-        self._written = [length] * self.n_layers
         for block in reversed(self.block_table[keep:]):
             alloc.release(block)
         del self.block_table[keep:]

@@ -41,9 +41,12 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int, check_max_new_tokens, check_token_ids
-from .kv import CacheBase, check_cache_args, model_cache_shape
+from .backend import QMAX, dequantize_int8, quantize_int8
+from .kv import OneSequenceCache, model_cache_shape
+from .protocol import Plan
 
 __all__ = [
+    "QMAX",
     "KEY_MODES",
     "DEFAULT_GROUP_SIZE",
     "quantize_int8",
@@ -60,40 +63,23 @@ KEY_MODES = ("per_channel", "per_token")
 #: Tokens per group of per-channel key scales (KIVI's group size).
 DEFAULT_GROUP_SIZE = 32
 
-#: The largest int8 magnitude used: symmetric, so -128 is never stored.
-QMAX = 127
 
-
-def quantize_int8(x: np.ndarray, axis: int, scale_dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """x -> q (int8, x's shape), scale (x's shape with ``axis`` of size 1): symmetric int8 over
-    ``axis``. scale = max|x| / 127 along ``axis``, q = round(x / scale) clipped to [-127, 127]; a
-    slice of zeros gets scale 0 and q 0. ``dequantize_int8(q, scale)`` is within scale / 2 of x."""
-    x64 = np.asarray(x, dtype=np.float64)
-    scale = (np.max(np.abs(x64), axis=axis, keepdims=True) / QMAX).astype(scale_dtype)
-    step = scale.astype(np.float64)
-    safe = np.where(step > 0, step, 1.0)  # a zero slice: q = round(0 / 1) = 0
-    q = np.clip(np.rint(x64 / safe), -QMAX, QMAX).astype(np.int8)
-    return q, scale
-
-
-def dequantize_int8(q: np.ndarray, scale: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
-    """int8 q, a scale that broadcasts against it -> q * scale, in ``dtype``."""
-    return (q.astype(scale.dtype) * scale).astype(dtype, copy=False)
-
-
-class QuantizedKVCache(CacheBase):
+class QuantizedKVCache(OneSequenceCache):
     """A KV cache that stores int8 keys and values with scales (see the module docstring).
 
     Per layer: values ``v_q_LHMK`` (int8) with one scale per head and token, ``v_scale_LHM``; keys
     ``k_q_LHMK`` (int8) with ``k_scale_LHM`` (``key_mode="per_token"``) or ``k_scale_LHNK``, one
     scale per head, group of ``group_size`` tokens and channel (``"per_channel"``), the tokens of
     the unfilled last group held in ``dtype`` until it fills. ``keys`` and ``values`` return the
-    dequantized [H, len, K] in ``dtype``.
+    dequantized [H, len, K] in ``dtype``. NumPy arrays for a NumPy model, tensors on the device
+    for a torch model (``for_model``); the rounding is the same in both.
 
     ``truncate`` to a length inside a quantized key group returns that group's surviving rows to
     the float residual as their dequantized values (the originals are gone); when the group fills
     again it is quantized anew, so those rows carry two roundings, each within its scale / 2.
     """
+
+    kind = "int8"
 
     def __init__(
         self,
@@ -104,29 +90,26 @@ class QuantizedKVCache(CacheBase):
         dtype: Any = np.float32,
         key_mode: str = "per_channel",
         group_size: int = DEFAULT_GROUP_SIZE,
+        device: Any = None,
     ) -> None:
-        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
+        self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
         if key_mode not in KEY_MODES:
             raise ValueError(f"key_mode: expected one of {list(KEY_MODES)}, got {key_mode!r}")
         self.group_size = check_int("group_size", group_size, 1)
-        n_layers, n_kv_heads, capacity, d_head = int(n_layers), int(n_kv_heads), int(capacity), int(d_head)
-        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
-        self.dtype, self.key_mode = dtype, key_mode
-        self.scale_dtype = np.promote_types(dtype, np.float32)
-        shape_LHMK = (n_layers, n_kv_heads, capacity, d_head)
-        self.v_q_LHMK = np.zeros(shape_LHMK, dtype=np.int8)
-        self.v_scale_LHM = np.zeros(shape_LHMK[:3], dtype=self.scale_dtype)
-        self.k_q_LHMK = np.zeros(shape_LHMK, dtype=np.int8)
+        self.key_mode, self.scale_dtype, ops = key_mode, self.ops.scale_dtype, self.ops
+        shape_LHMK = (self.n_layers, self.n_kv_heads, self._capacity, self.d_head)
+        int8 = np.int8 if self.backend == "numpy" else ops.torch.int8
+        self.v_q_LHMK = ops.zeros(shape_LHMK, int8)
+        self.v_scale_LHM = ops.zeros(shape_LHMK[:3], self.scale_dtype)
+        self.k_q_LHMK = ops.zeros(shape_LHMK, int8)
         if key_mode == "per_token":
-            self.k_scale_LHM = np.zeros(shape_LHMK[:3], dtype=self.scale_dtype)
+            self.k_scale_LHM = ops.zeros(shape_LHMK[:3], self.scale_dtype)
         else:
-            n_groups = capacity // self.group_size
-            self.k_scale_LHNK = np.zeros((n_layers, n_kv_heads, n_groups, d_head), dtype=self.scale_dtype)
-        empty = np.zeros((n_kv_heads, 0, d_head), dtype=dtype)
-        self._k_float = [empty] * n_layers  # per layer [H, len - quantized, K]: the unfilled group
-        self._k_float_staged = list(self._k_float)  # what update() wrote, committed by advance()
-        self._length = 0
-        self._pending = [0] * n_layers
+            n_groups = self._capacity // self.group_size
+            shape_LHNK = (self.n_layers, self.n_kv_heads, n_groups, self.d_head)
+            self.k_scale_LHNK = ops.zeros(shape_LHNK, self.scale_dtype)
+        empty = ops.zeros((self.n_kv_heads, 0, self.d_head))
+        self._k_float = [empty] * self.n_layers  # per layer [H, len - quantized, K]: the unfilled group
 
     @classmethod
     def for_model(
@@ -136,15 +119,10 @@ class QuantizedKVCache(CacheBase):
         key_mode: str = "per_channel",
         group_size: int = DEFAULT_GROUP_SIZE,
     ) -> QuantizedKVCache:
-        """An empty cache for one sequence of ``model`` (any kvtutor model; a torch model runs it as
-        a batch of one): its layers, KV heads, head width and float dtype, up to ``capacity``
-        positions (default max_seq_len)."""
-        n_layers, n_kv_heads, capacity, d_head, dtype = model_cache_shape(model, capacity)
-        return cls(n_layers, n_kv_heads, capacity, d_head, dtype, key_mode, group_size)
-
-    @property
-    def capacity(self) -> int:
-        return self.k_q_LHMK.shape[2]
+        """An empty cache for one sequence of ``model`` (any kvtutor model, in its backend, dtype
+        and device), up to ``capacity`` positions (default max_seq_len)."""
+        n_layers, n_kv_heads, capacity, d_head, dtype, device = model_cache_shape(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, dtype, key_mode, group_size, device)
 
     def n_quantized_keys(self, length: int) -> int:
         """How many of the first ``length`` positions hold int8 keys (the rest are float)."""
@@ -153,126 +131,118 @@ class QuantizedKVCache(CacheBase):
         return length // self.group_size * self.group_size
 
     # ------------------------------------------------------------ reading
-    def _read_keys(self, layer: int, length: int, float_rows: np.ndarray) -> np.ndarray:
+    def _read_keys(self, layer: int, length: int, float_rows: Any) -> Any:
         """[H, length, K]: dequantized keys, then the float rows of the unfilled group."""
         if self.key_mode == "per_token":
             q_HSK = self.k_q_LHMK[layer, :, :length]
-            return dequantize_int8(q_HSK, self.k_scale_LHM[layer, :, :length, None], self.dtype)
+            return self.ops.dequantize(q_HSK, self.k_scale_LHM[layer, :, :length, None])
         n_q, g = self.n_quantized_keys(length), self.group_size
         q_HNGK = self.k_q_LHMK[layer, :, :n_q].reshape(self.n_kv_heads, n_q // g, g, self.d_head)
         scale_HN1K = self.k_scale_LHNK[layer, :, : n_q // g, None, :]
-        k_HSK = dequantize_int8(q_HNGK, scale_HN1K, self.dtype).reshape(self.n_kv_heads, n_q, self.d_head)
-        return np.concatenate([k_HSK, float_rows], axis=1)
+        k_HSK = self.ops.dequantize(q_HNGK, scale_HN1K).reshape(self.n_kv_heads, n_q, self.d_head)
+        return self.ops.cat([k_HSK, float_rows], axis=1)
 
-    def _read_values(self, layer: int, length: int) -> np.ndarray:
+    def _read_values(self, layer: int, length: int) -> Any:
         q_HSK = self.v_q_LHMK[layer, :, :length]
-        return dequantize_int8(q_HSK, self.v_scale_LHM[layer, :, :length, None], self.dtype)
+        return self.ops.dequantize(q_HSK, self.v_scale_LHM[layer, :, :length, None])
 
-    def keys(self, layer: int) -> np.ndarray:
-        """[H, len, K]: the committed keys, dequantized (a new array)."""
-        self._check_layer(layer)
-        return self._read_keys(layer, self._length, self._k_float[layer])
+    def read(self, which: str, layer: int) -> Any:
+        """[H, len, K]: the committed keys or values, dequantized (a new array)."""
+        if which == "k":
+            return self._read_keys(layer, self.length, self._k_float[layer])
+        return self._read_values(layer, self.length)
 
-    def values(self, layer: int) -> np.ndarray:
-        """[H, len, K]: the committed values, dequantized (a new array)."""
-        self._check_layer(layer)
-        return self._read_values(layer, self._length)
-
-    def error_bounds(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    def error_bounds(self, layer: int) -> tuple[Any, Any]:
         """[H, len, K], [H, len, K]: half the scale each committed key and value element was
         quantized with, so |keys(layer) - the rows written| <= bound elementwise; 0 for keys still
         held in float."""
-        self._check_layer(layer)
-        n, shape = self._length, (self.n_kv_heads, self._length, self.d_head)
-        v_HSK = np.broadcast_to(self.v_scale_LHM[layer, :, :n, None] / 2, shape)
+        layer = self.check_layer(layer)
+        n, ops = self.length, self.ops
+        shape = (self.n_kv_heads, n, self.d_head)
+        v_HSK = ops.expand(self.v_scale_LHM[layer, :, :n, None] / 2, shape)
         if self.key_mode == "per_token":
-            return np.broadcast_to(self.k_scale_LHM[layer, :, :n, None] / 2, shape).copy(), v_HSK.copy()
+            return ops.expand(self.k_scale_LHM[layer, :, :n, None] / 2, shape), v_HSK
         n_q, g = self.n_quantized_keys(n), self.group_size
-        k_HSK = np.zeros(shape, dtype=self.scale_dtype)
-        k_HSK[:, :n_q] = np.repeat(self.k_scale_LHNK[layer, :, : n_q // g] / 2, g, axis=1)
-        return k_HSK, v_HSK.copy()
+        k_HSK = ops.zeros(shape, self.scale_dtype)
+        k_HSK[:, :n_q] = ops.repeat(self.k_scale_LHNK[layer, :, : n_q // g] / 2, g, axis=1)
+        return k_HSK, v_HSK
 
     # ------------------------------------------------------------ writing
-    def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: quantize and store at len .. len+T-1 (keys of an
+    def update(self, layer, k_HTK, v_HTK, plan):
+        """[H,T,K] x2 -> [H,S,K] x2 and the mask: quantize and store at len .. len+T-1 (keys of an
         unfilled group stay float); return every key and value, dequantized."""
-        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
-        for name, arr in (("k_new_HTK", k_new_HTK), ("v_new_HTK", v_new_HTK)):
-            if not np.isfinite(arr).all():
+        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
+        for name, arr in (("k_new", k_HTK), ("v_new", v_HTK)):
+            if not self.ops.is_finite(arr):
                 raise ValueError(f"{name}: expected finite numbers to quantize, got nan or inf")
-        start, end = self._length, self._length + n_new
-        k_HTK, v_HTK = k_new_HTK.astype(self.dtype), v_new_HTK.astype(self.dtype)
+        start, end, ops = plan.start, plan.start + plan.n_new, self.ops
+        k_HTK, v_HTK = ops.cast(k_HTK), ops.cast(v_HTK)
         # everything below writes at positions >= len only: the committed state stays as it was
-        v_q, v_scale = quantize_int8(v_HTK, -1, self.scale_dtype)
+        v_q, v_scale = ops.quantize(v_HTK, -1)
         self.v_q_LHMK[layer, :, start:end] = v_q
         self.v_scale_LHM[layer, :, start:end] = v_scale[..., 0]
         if self.key_mode == "per_token":
-            k_q, k_scale = quantize_int8(k_HTK, -1, self.scale_dtype)
+            k_q, k_scale = ops.quantize(k_HTK, -1)
             self.k_q_LHMK[layer, :, start:end] = k_q
             self.k_scale_LHM[layer, :, start:end] = k_scale[..., 0]
             float_rows = self._k_float[layer]
         else:
             # the unfilled group's float rows, then the new ones: positions first .. end-1
             first, done = self.n_quantized_keys(start), self.n_quantized_keys(end)
-            rows_HSK = np.concatenate([self._k_float[layer], k_HTK], axis=1)
+            rows_HSK = ops.cat([self._k_float[layer], k_HTK], axis=1)
             if done > first:  # groups that fill now: quantize each over its tokens, per channel
                 g, n_full = self.group_size, done - first
                 x_HNGK = rows_HSK[:, :n_full].reshape(self.n_kv_heads, n_full // g, g, self.d_head)
-                k_q, k_scale = quantize_int8(x_HNGK, 2, self.scale_dtype)
+                k_q, k_scale = ops.quantize(x_HNGK, 2)
                 self.k_q_LHMK[layer, :, first:done] = k_q.reshape(self.n_kv_heads, n_full, self.d_head)
                 self.k_scale_LHNK[layer, :, first // g : done // g] = k_scale[:, :, 0]
             float_rows = rows_HSK[:, done - first :]
-        self._k_float_staged[layer] = float_rows
-        self._pending[layer] = n_new
-        return self._read_keys(layer, end, float_rows), self._read_values(layer, end)
+        plan.staged[layer] = float_rows  # the residual after this pass, committed by advance
+        k_HSK, v_HSK = self._read_keys(layer, end, float_rows), self._read_values(layer, end)
+        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
 
-    def advance(self, n_tokens: int) -> None:
-        """Commit the rows that ``update`` wrote for every layer: the length grows by n_tokens."""
-        super().advance(n_tokens)  # raises before changing anything
-        self._k_float = list(self._k_float_staged)
+    def _commit(self, plan: Plan) -> None:
+        self._k_float = list(plan.staged)
 
-    def truncate(self, length: int) -> None:
-        """Forget every position from ``length`` on (rolls back rejected draft tokens)."""
-        length = check_int("length", length, 0, self._length)
+    def _truncate(self, length: int, row: int | None) -> None:
         first = self.n_quantized_keys(length)
-        if self.key_mode == "per_channel" and first < self.n_quantized_keys(self._length):
+        if self.key_mode == "per_channel" and first < self.n_quantized_keys(self.length):
             # the cut falls in a quantized group: its rows before the cut go back to float
             g = self.group_size
             for layer in range(self.n_layers):
                 q_HSK = self.k_q_LHMK[layer, :, first:length]
                 scale_H1K = self.k_scale_LHNK[layer, :, first // g, None, :]
-                self._k_float[layer] = dequantize_int8(q_HSK, scale_H1K, self.dtype)
+                self._k_float[layer] = self.ops.dequantize(q_HSK, scale_H1K)
         else:
             self._k_float = [rows[:, : length - first] for rows in self._k_float]
-        self._k_float_staged = list(self._k_float)
-        self._length = length
-        self._pending = [0] * self.n_layers
 
     # ------------------------------------------------------------ memory
     @property
     def nbytes(self) -> int:
         """Bytes the stored positions take: int8 payload, scales and float residual (the buffers
         are allocated for the whole capacity up front: see ``reserved_nbytes``)."""
-        n, n_q, scale_size = self._length, self.n_quantized_keys(self._length), self.scale_dtype.itemsize
+        n, n_q = self.length, self.n_quantized_keys(self.length)
+        scale_size = self.ops.itemsize(self.scale_dtype)
         per_row = self.n_layers * self.n_kv_heads  # rows of K numbers per position
         value_bytes = per_row * n * (self.d_head + scale_size)
         if self.key_mode == "per_token":
             return value_bytes + per_row * n * (self.d_head + scale_size)
         key_scales = per_row * (n_q // self.group_size) * self.d_head * scale_size
-        residual = sum(rows.nbytes for rows in self._k_float)
+        residual = sum(int(rows.nbytes) for rows in self._k_float)
         return value_bytes + per_row * n_q * self.d_head + key_scales + residual
 
     @property
     def float_nbytes(self) -> int:
         """Bytes a float cache of ``dtype`` holding the same positions would take (keys and values)."""
-        return 2 * self.n_layers * self.n_kv_heads * self._length * self.d_head * self.dtype.itemsize
+        itemsize = self.ops.itemsize(self.dtype)
+        return 2 * self.n_layers * self.n_kv_heads * self.length * self.d_head * itemsize
 
     @property
     def reserved_nbytes(self) -> int:
         """Bytes allocated: the int8 and scale buffers for the whole capacity, and the residual."""
         scales = self.k_scale_LHM if self.key_mode == "per_token" else self.k_scale_LHNK
         buffers = self.k_q_LHMK.nbytes + self.v_q_LHMK.nbytes + self.v_scale_LHM.nbytes + scales.nbytes
-        return buffers + sum(rows.nbytes for rows in self._k_float)
+        return int(buffers) + sum(int(rows.nbytes) for rows in self._k_float)
 
 
 # ---------------------------------------------------------------- float vs quantized: greedy tokens

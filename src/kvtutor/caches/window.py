@@ -17,10 +17,11 @@ later softmax, and keeping them repairs most of that.
 
 **What update returns.** For T new tokens at positions p0 .. p0 + T - 1, ``update`` returns the kept
 keys that some new query may see (the sinks, then positions p0 - (W - n_sink) + 1 .. p0 - 1),
-followed by the T new keys. ``mask(T)`` says which of them each new query sees (``window_mask``), so a
-prefill chunk longer than the window gets its band; a decode step's one query sees every key
-returned, so ``mask(1)`` is None. The new rows enter the ring only at ``advance``: until then the
-committed positions stay as they were (the protocol of ``kvtutor.caches.kv``), and of a chunk longer
+followed by the T new keys, and the mask that says which of them each new query sees
+(``window_mask``), so a prefill chunk longer than the window gets its band; a decode step's one
+query sees every key returned, so its mask is None. The new rows enter the ring only at
+``advance``: until then the committed positions stay as they were (the protocol of
+``kvtutor.caches.protocol``), and of a chunk longer
 than the ring only its last W - n_sink rows are kept.
 
 **Positions.** The model numbers every token by its place in the whole sequence, p = len(cache), and
@@ -54,7 +55,8 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int, check_max_new_tokens, check_token_ids
-from .kv import CacheBase, PreallocatedKVCache, check_cache_args, model_cache_shape
+from .kv import OneSequenceCache, PreallocatedKVCache, model_cache_shape
+from .protocol import Plan
 
 __all__ = [
     "window_mask",
@@ -99,20 +101,23 @@ def check_window(window: Any, n_sink: Any, capacity: int) -> tuple[int, int]:
     return window, check_int("n_sink", n_sink, 0, window - 1)
 
 
-class SlidingWindowKVCache(CacheBase):
+class SlidingWindowKVCache(OneSequenceCache):
     """A KV cache that keeps a window of the last ``window`` positions per layer in a ring buffer,
     the first ``n_sink`` of them being attention sinks kept for good (see the module docstring).
 
     Per layer, keys and values in buffers ``k_LHWK`` and ``v_LHWK`` of shape [H, W, K]: slots
     0 .. n_sink - 1 hold the sinks, and position s >= n_sink lives in slot
     n_sink + (s - n_sink) mod (W - n_sink). ``capacity`` is how many positions the cache can number
-    (at most the model's ``max_seq_len``), not how many it holds.
+    (at most the model's ``max_seq_len``), not how many it holds. NumPy arrays for a NumPy model,
+    tensors on the device for a torch model (``for_model``).
 
     Until the next ``advance``, the cache also keeps the rows the last one pushed out of the ring
     (one position per layer for a decode step, up to k + 1 for a speculative round, and a chunk's
     rows that never entered the ring), so that ``truncate`` can roll that advance back, as
     speculative decoding does with rejected guesses; ``nbytes`` counts the ring alone.
     """
+
+    kind = "window"
 
     def __init__(
         self,
@@ -123,17 +128,12 @@ class SlidingWindowKVCache(CacheBase):
         window: int,
         n_sink: int = 0,
         dtype: Any = np.float32,
+        device: Any = None,
     ) -> None:
-        dtype = check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
-        self.window, self.n_sink = check_window(window, n_sink, int(capacity))
-        n_layers, n_kv_heads, d_head = int(n_layers), int(n_kv_heads), int(d_head)
-        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
-        self._capacity = int(capacity)
-        self.k_LHWK = np.zeros((n_layers, n_kv_heads, self.window, d_head), dtype=dtype)
-        self.v_LHWK = np.zeros_like(self.k_LHWK)
-        self._staged: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n_layers
-        self._length = 0
-        self._pending = [0] * n_layers
+        self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
+        self.window, self.n_sink = check_window(window, n_sink, self._capacity)
+        shape = (self.n_layers, self.n_kv_heads, self.window, self.d_head)
+        self.k_LHWK, self.v_LHWK = self.ops.zeros(shape), self.ops.zeros(shape)
         # the rows the last advance pushed out of the ring: positions [N], keys and values [L,H,N,K]
         self._undo = (np.zeros(0, np.int64), self.k_LHWK[:, :, :0], self.v_LHWK[:, :, :0])
 
@@ -141,15 +141,10 @@ class SlidingWindowKVCache(CacheBase):
     def for_model(
         cls, model: Any, window: int, n_sink: int = 0, capacity: int | None = None
     ) -> SlidingWindowKVCache:
-        """An empty window cache for one sequence of ``model`` (any kvtutor model; a torch model runs
-        it as a batch of one): its layers, KV heads, head width and float dtype, numbering up to
-        ``capacity`` positions (default max_seq_len)."""
-        n_layers, n_kv_heads, capacity, d_head, dtype = model_cache_shape(model, capacity)
-        return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype)
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
+        """An empty window cache for one sequence of ``model`` (any kvtutor model, in its backend,
+        dtype and device), numbering up to ``capacity`` positions (default max_seq_len)."""
+        n_layers, n_kv_heads, capacity, d_head, dtype, device = model_cache_shape(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype, device)
 
     # ------------------------------------------------------------ where positions live
     def slots(self, positions: Any) -> np.ndarray:
@@ -160,98 +155,80 @@ class SlidingWindowKVCache(CacheBase):
 
     def positions(self) -> np.ndarray:
         """[min(len, W)] int: the positions the cache holds, oldest first (what ``keys`` returns)."""
-        return kept_positions(self._length, self.window, self.n_sink)
+        return kept_positions(self.length, self.window, self.n_sink)
 
     def attended_positions(self, n_new: int) -> np.ndarray:
         """[S] int: the positions of the keys ``update`` returns for ``n_new`` new tokens: the kept
         ones that one of them may see, then the new ones."""
-        start, ring = self._length, self.window - self.n_sink
+        start, ring = self.length, self.window - self.n_sink
         sinks = np.arange(min(start, self.n_sink))
         recent = np.arange(max(self.n_sink, start - ring + 1), start)
         return np.concatenate([sinks, recent, np.arange(start, start + n_new)])
 
     # ------------------------------------------------------------ reading
-    def keys(self, layer: int) -> np.ndarray:
-        """[H, min(len, W), K]: the keys held, oldest position first (a new array)."""
-        self._check_layer(layer)
-        return self.k_LHWK[layer][:, self.slots(self.positions())]
+    def read(self, which: str, layer: int) -> Any:
+        """[H, min(len, W), K]: the keys or values held, oldest position first (a new array)."""
+        buf = self.k_LHWK if which == "k" else self.v_LHWK
+        return buf[layer][:, self.slots(self.positions())]
 
-    def values(self, layer: int) -> np.ndarray:
-        """[H, min(len, W), K]: the values held, oldest position first (a new array)."""
-        self._check_layer(layer)
-        return self.v_LHWK[layer][:, self.slots(self.positions())]
-
-    def mask(self, n_new: int) -> np.ndarray | None:
-        """[T,S] bool, for the keys ``update`` returns to ``n_new`` new queries: the window's band
-        (``window_mask``). None for one query, which sees every key returned to it."""
-        n_new = check_int("n_new", n_new, 1)
-        if n_new == 1:
-            return None
-        start = self._length
-        positions_T = np.arange(start, start + n_new)
-        return window_mask(positions_T, self.attended_positions(n_new), self.window, self.n_sink)
+    def _layout(self, plan: Plan, row: int | None) -> None:
+        """The plan's keys are the kept ones some new query may see, then the new ones; its mask
+        is the window's band over them (``window_mask``). One query sees every key returned to it
+        (mask None)."""
+        super()._layout(plan, row)
+        attended_S = self.attended_positions(plan.n_new)
+        plan.n_keys = attended_S.size
+        if plan.n_new > 1:
+            positions_T = np.arange(plan.start, plan.start + plan.n_new)
+            plan.mask = window_mask(positions_T, attended_S, self.window, self.n_sink)
 
     # ------------------------------------------------------------ writing
-    def update(self, layer, k_new_HTK, v_new_HTK):
-        """[H,T,K], [H,T,K] -> [H,S,K], [H,S,K]: the kept keys and values some
-        new query may see, then the new ones (S = min(len, W - 1) + T); the
-        new rows enter the ring at ``advance``.
+    def update(self, layer, k_HTK, v_HTK, plan):
+        """[H,T,K] x2 -> [H,S,K] x2 and the mask: the kept keys and values
+        some new query may see, then the new ones (S = min(len, W - 1) + T),
+        under the window's band; the new rows enter the ring at ``advance``.
 
         The book shows this in "Smaller caches: windows, sinks and int8".
         """
-        n_new = self._check_new(layer, k_new_HTK, v_new_HTK)
-        old_S = self.attended_positions(n_new)[: -n_new or None]
+        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
+        old_S = self.attended_positions(plan.n_new)[: -plan.n_new]
         slots_S = self.slots(old_S)
         # copies: the caller may reuse its arrays
-        k_HTK = k_new_HTK.astype(self.k_LHWK.dtype)
-        v_HTK = v_new_HTK.astype(self.v_LHWK.dtype)
-        self._staged[layer] = (k_HTK, v_HTK)
-        self._pending[layer] = n_new
-        k_HSK = np.concatenate([self.k_LHWK[layer][:, slots_S], k_HTK], axis=1)
-        v_HSK = np.concatenate([self.v_LHWK[layer][:, slots_S], v_HTK], axis=1)
-        return k_HSK, v_HSK
+        k_HTK, v_HTK = self.ops.cast(k_HTK), self.ops.cast(v_HTK)
+        plan.staged[layer] = (k_HTK, v_HTK)
+        k_HSK = self.ops.cat([self.k_LHWK[layer][:, slots_S], k_HTK], axis=1)
+        v_HSK = self.ops.cat([self.v_LHWK[layer][:, slots_S], v_HTK], axis=1)
+        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
 
-    def advance(self, n_tokens: int) -> None:
-        """Commit the rows ``update`` wrote for every layer: the length grows by n_tokens, and the
-        new rows that the window keeps overwrite the oldest slots of the ring."""
-        start, held = self._length, self.positions()
-        super().advance(n_tokens)  # raises before changing anything
-        new_N = np.arange(start, start + n_tokens)
+    def _commit(self, plan: Plan) -> None:
+        """The new rows that the window keeps overwrite the oldest slots of the ring; what leaves
+        it is kept until the next commit, so that ``truncate`` can undo this one."""
+        start, n_new, ring = self.length, plan.n_new, self.window - self.n_sink
+        new_N = np.arange(start, start + n_new)
         # the new sinks, and the last W - n_sink positions (a long chunk's earlier rows are dropped)
-        keep_N = (new_N < self.n_sink) | (new_N >= self._length - (self.window - self.n_sink))
-        slots_N = self.slots(new_N[keep_N])
-        if n_tokens:  # what leaves the ring, kept until the next advance so that truncate can undo this one
-            evicted_E = np.setdiff1d(held, self.positions())  # old positions whose slots the new ones take
-            dropped = ~keep_N  # a long chunk's rows that never enter the ring
-            k_LHNK = np.concatenate(
-                [
-                    self.k_LHWK[:, :, self.slots(evicted_E)],
-                    np.stack([k[:, dropped] for k, _ in self._staged]),
-                ],
-                axis=2,
-            )
-            v_LHNK = np.concatenate(
-                [
-                    self.v_LHWK[:, :, self.slots(evicted_E)],
-                    np.stack([v[:, dropped] for _, v in self._staged]),
-                ],
-                axis=2,
-            )
-            self._undo = (np.concatenate([evicted_E, new_N[dropped]]), k_LHNK, v_LHNK)
-        for layer, staged in enumerate(self._staged):
-            if staged is not None:
-                k_HTK, v_HTK = staged
-                self.k_LHWK[layer][:, slots_N] = k_HTK[:, keep_N]
-                self.v_LHWK[layer][:, slots_N] = v_HTK[:, keep_N]
-        self._staged = [None] * self.n_layers
+        keep_N = (new_N < self.n_sink) | (new_N >= start + n_new - ring)
+        kept, dropped = np.flatnonzero(keep_N), np.flatnonzero(~keep_N)
+        slots_N = self.slots(new_N[kept])
+        held_after = kept_positions(start + n_new, self.window, self.n_sink)
+        evicted_E = np.setdiff1d(self.positions(), held_after)  # old positions whose slots the new take
+        out_E = self.slots(evicted_E)
+        k_LHNK = self.ops.cat(
+            [self.k_LHWK[:, :, out_E], self.ops.stack([k[:, dropped] for k, _ in plan.staged])], axis=2
+        )
+        v_LHNK = self.ops.cat(
+            [self.v_LHWK[:, :, out_E], self.ops.stack([v[:, dropped] for _, v in plan.staged])], axis=2
+        )
+        self._undo = (np.concatenate([evicted_E, new_N[dropped]]), k_LHNK, v_LHNK)
+        for layer, (k_HTK, v_HTK) in enumerate(plan.staged):
+            self.k_LHWK[layer][:, slots_N] = k_HTK[:, kept]
+            self.v_LHWK[layer][:, slots_N] = v_HTK[:, kept]
 
-    def truncate(self, length: int) -> None:
-        """Forget every position from ``length`` on. A ring buffer cannot bring back what it has
-        evicted, so ``length`` must be the current length, at most ``n_sink``, anything while
-        nothing has been evicted yet (len <= W), or any length back to where the last ``advance``
-        started: it keeps the rows it pushed out until the next one, so that a speculative round's
-        rejected guesses can be rolled back. Otherwise a ValueError and no change."""
-        length = check_int("length", length, 0, self._length)
+    def _truncate(self, length: int, row: int | None) -> None:
+        """A ring buffer cannot bring back what it has evicted, so ``length`` must be the current
+        length, at most ``n_sink``, anything while nothing has been evicted yet (len <= W), or any
+        length back to where the last ``advance`` started: it keeps the rows it pushed out until
+        the next one, so that a speculative round's rejected guesses can be rolled back. Otherwise
+        a ValueError and no change."""
         need, held = kept_positions(length, self.window, self.n_sink), self.positions()
         lost = np.setdiff1d(need, held)
         undo_N, k_LHNK, v_LHNK = self._undo
@@ -260,37 +237,36 @@ class SlidingWindowKVCache(CacheBase):
             short = f"a length <= {self.n_sink} (the sinks)" if self.n_sink else "0"
             raise ValueError(
                 f"length: a cache of length {length} keeps positions {int(lost[0])}..{int(lost[-1])}, "
-                f"which this window has evicted; expected {self._length} (no change), {short}, "
+                f"which this window has evicted; expected {self.length} (no change), {short}, "
                 f"or any length before the window first evicts; got {length}"
             )
         if lost.size:  # bring back what the last advance pushed out
-            row = {int(p): i for i, p in enumerate(undo_N)}
-            rows_N = [row[int(p)] for p in lost]
+            row_of = {int(p): i for i, p in enumerate(undo_N)}
+            rows_N = np.array([row_of[int(p)] for p in lost])
             self.k_LHWK[:, :, self.slots(lost)] = k_LHNK[:, :, rows_N]
             self.v_LHWK[:, :, self.slots(lost)] = v_LHNK[:, :, rows_N]
-        keep = undo_N < length  # rows of positions truncated away are stale
+        keep = np.flatnonzero(undo_N < length)  # rows of positions truncated away are stale
         self._undo = (undo_N[keep], k_LHNK[:, :, keep], v_LHNK[:, :, keep])
-        self._length = length
-        self._pending = [0] * self.n_layers
-        self._staged = [None] * self.n_layers
 
     # ------------------------------------------------------------ memory
     @property
     def nbytes(self) -> int:
         """Bytes of the positions held: grows with the length up to W positions, then stays flat."""
-        per_position = self.k_LHWK.nbytes // self.window
-        return 2 * per_position * min(self._length, self.window)
+        per_position = int(self.k_LHWK.nbytes) // self.window
+        return 2 * per_position * min(self.length, self.window)
 
     @property
     def reserved_nbytes(self) -> int:
         """Bytes allocated: the two rings, W positions per layer, from the start."""
-        return self.k_LHWK.nbytes + self.v_LHWK.nbytes
+        return int(self.k_LHWK.nbytes + self.v_LHWK.nbytes)
 
 
 class BandedKVCache(PreallocatedKVCache):
     """A full preallocated cache (every position kept) whose mask is a window's band with
     ``n_sink`` sinks: the model computes with it exactly what it computes with a
     ``SlidingWindowKVCache`` of the same window, at a full cache's memory. The reference."""
+
+    kind = "banded"
 
     def __init__(
         self,
@@ -301,24 +277,24 @@ class BandedKVCache(PreallocatedKVCache):
         window: int,
         n_sink: int = 0,
         dtype: Any = np.float32,
+        device: Any = None,
     ) -> None:
-        check_cache_args(n_layers, n_kv_heads, capacity, d_head, dtype)
-        self.window, self.n_sink = check_window(window, n_sink, int(capacity))
-        super().__init__(n_layers, n_kv_heads, capacity, d_head, dtype)
+        super().__init__(n_layers, n_kv_heads, capacity, d_head, dtype, device)
+        self.window, self.n_sink = check_window(window, n_sink, self._capacity)
 
     @classmethod
     def for_model(
         cls, model: Any, window: int, n_sink: int = 0, capacity: int | None = None
     ) -> BandedKVCache:
         """An empty banded cache for one sequence of ``model``, as ``SlidingWindowKVCache.for_model``."""
-        n_layers, n_kv_heads, capacity, d_head, dtype = model_cache_shape(model, capacity)
-        return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype)
+        n_layers, n_kv_heads, capacity, d_head, dtype, device = model_cache_shape(model, capacity)
+        return cls(n_layers, n_kv_heads, capacity, d_head, window, n_sink, dtype, device)
 
-    def mask(self, n_new: int) -> np.ndarray:
-        """[T,S] bool: the band over every key, S = len + T (decode included: its row is cut too)."""
-        n_new = check_int("n_new", n_new, 1)
-        end = len(self) + n_new
-        return window_mask(np.arange(len(self), end), np.arange(end), self.window, self.n_sink)
+    def _layout(self, plan: Plan, row: int | None) -> None:
+        """The band over every key, S = len + T (decode included: its row is cut too)."""
+        super()._layout(plan, row)
+        end = plan.start + plan.n_new
+        plan.mask = window_mask(np.arange(plan.start, end), np.arange(end), self.window, self.n_sink)
 
 
 # ---------------------------------------------------------------- what eviction changes

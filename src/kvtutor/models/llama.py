@@ -1,7 +1,9 @@
 """A Llama-style NumPy reference model beside GPT-2: RMSNorm, SwiGLU, RoPE, GQA, an untied LM head.
 
-The steps mirror ``kvtutor.models.gpt2`` and reuse its ``split_heads``, ``merge_heads`` and
-``attention_core`` (scores, causal mask, softmax, values, GQA). What changes is where positions
+The steps mirror ``kvtutor.models.gpt2`` and share ``kvtutor.models.steps``'s ``split_heads``,
+``merge_heads`` and ``attention_core`` (scores, causal mask, softmax, values, GQA). QK-norm (an
+RMSNorm on every query and key head, ``LlamaConfig.qk_norm``) is the one step Qwen3 adds
+(``kvtutor.models.qwen3``). What changes is where positions
 enter: GPT-2 adds a learned row per position to the input; Llama adds nothing to the input and
 instead rotates each query and key by an angle proportional to its position (RoPE). The cache
 holds keys *after* rotation, so a new token's position must be the cache length: a token rotated
@@ -23,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ..caches.kv import KVCache, start_position
+from ..caches.protocol import KVCacheBase, Plan
 from ..text import fields_call
-from ..validate import check_float_dtype, check_int, check_scale, check_seed, check_token_id, check_token_ids
-from .gpt2 import NumpyDecoder, attention_core, lm_head, merge_heads, record, split_heads, store_kv
+from ..validate import check_float_dtype, check_scale, check_seed
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
+from .numpy_base import NumpyDecoder
+from .steps import AttentionCore, attention_core, lm_head, merge_heads, record, split_heads, store_kv
 
 __all__ = [
     "LlamaConfig",
@@ -58,6 +61,8 @@ class LlamaConfig:
     ``n_kv_heads`` defaults to ``n_heads`` (0 = default) and ``d_head`` to ``d_model // n_heads``;
     ``rope_theta`` is RoPE's base, ``rms_norm_eps`` RMSNorm's epsilon. ``tie_word_embeddings``
     makes the LM head the token embedding (as GPT-2 does); Llama's own checkpoints keep them apart.
+    ``qk_norm`` adds an RMSNorm of width ``d_head`` on every query and key head before RoPE (Qwen3's
+    QK-norm: ``kvtutor.models.qwen3``).
     """
 
     vocab_size: int
@@ -71,6 +76,10 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
+    qk_norm: bool = False
+
+    #: the Hugging Face ``model_type`` values ``from_hf`` reads into this config
+    MODEL_TYPES = ("llama",)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "d_ff"):
@@ -100,10 +109,9 @@ class LlamaConfig:
             raise ValueError(f"d_head: expected an even number (RoPE rotates pairs), got {self.d_head}")
         for name in ("rope_theta", "rms_norm_eps"):
             object.__setattr__(self, name, check_scale(name, getattr(self, name)))
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise TypeError(
-                f"tie_word_embeddings: expected a bool, got {type(self.tie_word_embeddings).__name__}"
-            )
+        for name in ("tie_word_embeddings", "qk_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
 
     def __str__(self) -> str:
         """The same fields as ``repr()``, wrapped to fit ``TEXT_WIDTH`` columns."""
@@ -119,23 +127,27 @@ class LlamaConfig:
         """Parameters, counting a tied embedding / LM head once (RoPE has none)."""
         d, f, q, kv = self.d_model, self.d_ff, self.n_heads * self.d_head, self.n_kv_heads * self.d_head
         per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * f  # norms, W_Q, W_K, W_V, W_O, gate/up/down
+        per_layer += 2 * self.d_head if self.qk_norm else 0  # QK-norm: one gain per head dimension, q and k
         head = 0 if self.tie_word_embeddings else self.vocab_size * d
         return self.vocab_size * d + self.n_layers * per_layer + d + head
 
     @classmethod
-    def from_hf(cls, config: Mapping[str, Any]) -> LlamaConfig:
-        """A Hugging Face Llama ``config.json`` (a dict) -> ``LlamaConfig``; errors name the key.
+    def from_hf(cls, config: Mapping[str, Any]) -> Any:
+        """A Hugging Face ``config.json`` (a dict) of this family -> its config; errors name the key.
 
-        Sizes are read by ``kvtutor.models.hf_config.spec_from_dict`` (the calculator's reader). Refused:
-        another ``model_type``, ``attention_bias``/``mlp_bias`` true, a sliding window, RoPE scaling
-        (``rope_scaling`` or a ``rope_parameters`` type other than ``"default"``), and a
-        ``hidden_act`` other than ``"silu"``.
+        Sizes are read by ``kvtutor.models.hf_config.spec_from_dict`` (the calculator's reader), QK-norm
+        too. Refused: a ``model_type`` outside ``MODEL_TYPES``, ``attention_bias``/``mlp_bias`` true,
+        a sliding window, RoPE scaling (``rope_scaling`` or a ``rope_parameters`` type other than
+        ``"default"``), and a ``hidden_act`` other than ``"silu"``.
         """
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config: expected a config.json dict, got {type(config).__name__}")
         spec = spec_from_dict(config)
         if not config.get("hidden_size") and isinstance(config.get("text_config"), Mapping):
             config = config["text_config"]  # as spec_from_dict reads a multimodal wrapper
-        if spec.model_type != "llama":
-            raise ValueError(f"config['model_type']: expected 'llama', got {spec.model_type!r}")
+        if spec.model_type not in cls.MODEL_TYPES:
+            want = " or ".join(repr(t) for t in cls.MODEL_TYPES)
+            raise ValueError(f"config['model_type']: expected {want}, got {spec.model_type!r}")
         if spec.attention_bias:
             raise ValueError("config['attention_bias']: biases on q/k/v/o are not modelled; expected false")
         if spec.sliding_window is not None:
@@ -150,7 +162,7 @@ class LlamaConfig:
             vocab_size=spec.vocab_size, d_model=spec.d_model, n_heads=spec.n_heads, n_layers=spec.n_layers,
             max_seq_len=spec.max_seq_len, d_ff=spec.d_ff, n_kv_heads=spec.n_kv_heads, d_head=spec.d_head,
             rope_theta=_rope_theta(config), rms_norm_eps=_number(config, "rms_norm_eps", 1e-6),
-            tie_word_embeddings=spec.tie_word_embeddings,
+            tie_word_embeddings=spec.tie_word_embeddings, qk_norm=spec.qk_norm,
         )  # fmt: skip
 
 
@@ -193,7 +205,8 @@ def _rope_type(params: Mapping[str, Any]) -> Any:
 @dataclass
 class LlamaLayerWeights:
     """One block, every matrix stored [in, out] (applied as ``x @ W``). Shapes: norms [D];
-    w_q [D, H*K], w_k and w_v [D, Hkv*K], w_o [H*K, D]; w_gate and w_up [D, F], w_down [F, D]."""
+    w_q [D, H*K], w_k and w_v [D, Hkv*K], w_o [H*K, D]; w_gate and w_up [D, F], w_down [F, D];
+    with QK-norm (``config.qk_norm``) the gains q_norm_K and k_norm_K [K], else None."""
 
     attn_norm_D: np.ndarray
     w_q: np.ndarray
@@ -204,6 +217,8 @@ class LlamaLayerWeights:
     w_gate: np.ndarray
     w_up: np.ndarray
     w_down: np.ndarray
+    q_norm_K: np.ndarray | None = None
+    k_norm_K: np.ndarray | None = None
 
 
 # Hugging Face names of a layer's weights, in LlamaLayerWeights' order; True: a Linear [out, in]
@@ -212,7 +227,13 @@ _HF_LAYER = (
     ("self_attn.v_proj.weight", True), ("self_attn.o_proj.weight", True),
     ("post_attention_layernorm.weight", False), ("mlp.gate_proj.weight", True),
     ("mlp.up_proj.weight", True), ("mlp.down_proj.weight", True),
+    ("self_attn.q_norm.weight", False), ("self_attn.k_norm.weight", False),
 )  # fmt: skip
+
+
+def _layer_names(cfg: LlamaConfig) -> tuple[tuple[str, bool], ...]:
+    """The Hugging Face names of one layer's weights under ``cfg`` (QK-norm's two gains or not)."""
+    return _HF_LAYER if cfg.qk_norm else _HF_LAYER[:-2]
 
 
 @dataclass
@@ -230,15 +251,17 @@ class LlamaWeights:
         if self.head_VD is not self.wte_VD:
             yield self.head_VD
         for layer in self.layers:
-            yield from (getattr(layer, f.name) for f in fields(layer))
+            yield from (a for a in (getattr(layer, f.name) for f in fields(layer)) if a is not None)
 
     def to_state_dict(self) -> dict[str, np.ndarray]:
-        """Hugging Face ``LlamaForCausalLM`` naming (``model.`` prefix, Linear weights [out, in])."""
+        """Hugging Face naming (``model.`` prefix, Linear weights [out, in]), as ``LlamaForCausalLM``
+        and ``Qwen3ForCausalLM`` name them."""
         sd = {"model.embed_tokens.weight": self.wte_VD}
         for i, layer in enumerate(self.layers):
             for (name, is_linear), f in zip(_HF_LAYER, fields(layer), strict=True):
                 w = getattr(layer, f.name)
-                sd[f"model.layers.{i}.{name}"] = np.ascontiguousarray(w.T) if is_linear else w
+                if w is not None:
+                    sd[f"model.layers.{i}.{name}"] = np.ascontiguousarray(w.T) if is_linear else w
         sd["model.norm.weight"] = self.norm_D
         sd["lm_head.weight"] = self.head_VD
         return sd
@@ -248,7 +271,9 @@ def _expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Every key of a Hugging Face Llama state dict (no ``model.`` prefix) -> its shape."""
     d, f, q, kv = cfg.d_model, cfg.d_ff, cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
     shapes_in_order = [(d,), (q, d), (kv, d), (kv, d), (d, q), (d,), (f, d), (f, d), (d, f)]
-    layer = {name: shape for (name, _), shape in zip(_HF_LAYER, shapes_in_order, strict=True)}
+    shapes_in_order += [(cfg.d_head,), (cfg.d_head,)] if cfg.qk_norm else []
+    names = _layer_names(cfg)
+    layer = {name: shape for (name, _), shape in zip(names, shapes_in_order, strict=True)}
     shapes = {"embed_tokens.weight": (cfg.vocab_size, d)}
     for i in range(cfg.n_layers):
         shapes |= {f"layers.{i}.{name}": shape for name, shape in layer.items()}
@@ -265,7 +290,7 @@ def _build(arrays: Mapping[str, np.ndarray], cfg: LlamaConfig) -> LlamaWeights:
         return np.ascontiguousarray(arrays[key].T) if is_linear else arrays[key]
 
     layers = [
-        LlamaLayerWeights(*(get(f"layers.{i}.{name}", lin) for name, lin in _HF_LAYER))
+        LlamaLayerWeights(*(get(f"layers.{i}.{name}", lin) for name, lin in _layer_names(cfg)))
         for i in range(cfg.n_layers)
     ]
     wte = arrays["embed_tokens.weight"]
@@ -360,12 +385,14 @@ def attention(
     layer: LlamaLayerWeights,
     config: LlamaConfig,
     positions_T: np.ndarray,
-    cache: KVCache | None = None,
+    cache: KVCacheBase | None = None,
+    plan: Plan | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
+    core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D], [T] -> [T,D]: causal self-attention of T new tokens, queries and
-    keys rotated by RoPE.
+    keys rotated by RoPE (after QK-norm, where the family has it).
 
     The keys are rotated for positions_T *before* they are stored: the cache
     holds rotated keys, which never turn again. positions_T must be the slots
@@ -376,12 +403,20 @@ def attention(
     q_HTK = split_heads(x_TD @ layer.w_q, config.n_heads)
     k_new_HTK = split_heads(x_TD @ layer.w_k, config.n_kv_heads)
     v_new_HTK = split_heads(x_TD @ layer.w_v, config.n_kv_heads)
+    if layer.q_norm_K is not None:  # QK-norm (Qwen3): q and k to unit RMS
+        q_HTK = rms_norm(q_HTK, layer.q_norm_K, config.rms_norm_eps)
+        k_new_HTK = rms_norm(k_new_HTK, layer.k_norm_K, config.rms_norm_eps)
     q_HTK = apply_rope(q_HTK, positions_T, config.rope_theta)
     k_rot_HTK = apply_rope(k_new_HTK, positions_T, config.rope_theta)
-    k_HSK, v_HSK = store_kv(cache, layer_index, k_rot_HTK, v_new_HTK)
+    k_HSK, v_HSK, mask_TS = store_kv(
+        cache, layer_index, k_rot_HTK, v_new_HTK, plan
+    )  # fmt: skip
     record(trace, k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK)
     record(trace, k_HSK=k_HSK, v_HSK=v_HSK)
-    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, cache)
+    if core is None:
+        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, mask_TS, trace)
+    else:  # a variant of the core (the book's wrong ones)
+        o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
     out_TD = merge_heads(o_HTK) @ layer.w_o
     record(trace, o_HTK=o_HTK, attn_out_TD=out_TD)
     return out_TD
@@ -392,14 +427,16 @@ def block(
     layer: LlamaLayerWeights,
     config: LlamaConfig,
     positions_T: np.ndarray,
-    cache: KVCache | None = None,
+    cache: KVCacheBase | None = None,
+    plan: Plan | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
+    core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D], [T] -> [T,D]: x + attention(RMSNorm(x)), then x + SwiGLU(RMSNorm(x))."""
     eps = config.rms_norm_eps
     h_TD = rms_norm(x_TD, layer.attn_norm_D, eps)
-    x_TD = x_TD + attention(h_TD, layer, config, positions_T, cache, layer_index, trace)
+    x_TD = x_TD + attention(h_TD, layer, config, positions_T, cache, plan, layer_index, trace, core)
     x_TD = x_TD + swiglu(rms_norm(x_TD, layer.mlp_norm_D, eps), layer)
     if trace is not None:
         trace["x_out_TD"] = x_TD
@@ -411,8 +448,11 @@ def block(
 
 @dataclass
 class LlamaModel(NumpyDecoder):
-    """A Llama-style decoder in NumPy, float32 by default, on the same caches as ``GPT2Model``: its
-    cache, ``prefill``, ``logits_without_cache`` and ``generate`` are ``NumpyDecoder``'s."""
+    """A Llama-style decoder in NumPy, float32 by default, on every cache: its cache, passes and
+    generation are ``NumpyDecoder``'s; it supplies the embedding, the block and the head, and its
+    config class (``config_class``: ``LlamaConfig``, Qwen3's for ``Qwen3Model``)."""
+
+    config_class = LlamaConfig
 
     config: LlamaConfig
     weights: LlamaWeights
@@ -426,14 +466,14 @@ class LlamaModel(NumpyDecoder):
 
         ``std`` must be finite and > 0 (nan or inf would give NaN logits, 0 a model that ignores
         its input), and small enough that the draws fit ``dtype``."""
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"config: expected a LlamaConfig, got {type(config).__name__}")
+        if not isinstance(config, cls.config_class):
+            raise TypeError(f"config: expected a {cls.config_class.__name__}, got {type(config).__name__}")
         dtype = check_float_dtype(dtype)
         std = check_scale("std", std)
         rng = np.random.default_rng(check_seed(seed))
         arrays = {}
         for key, shape in _expected_shapes(config).items():
-            base, scale = (1.0, 0.1) if key.endswith("norm.weight") else (0.0, std)
+            base, scale = (1.0, 0.1) if key.endswith("norm.weight") else (0.0, std)  # norms: gains near 1
             with np.errstate(over="ignore"):  # an overflow becomes inf, reported below
                 arrays[key] = (base + scale * rng.standard_normal(shape)).astype(dtype)
             if not np.isfinite(arrays[key]).all():
@@ -444,11 +484,11 @@ class LlamaModel(NumpyDecoder):
         return cls(config, _build(arrays, config))
 
     @classmethod
-    def from_llama_state_dict(
+    def from_state_dict(
         cls, state_dict: Mapping[str, Any], config: Mapping[str, Any] | LlamaConfig, dtype: Any = np.float32
-    ) -> LlamaModel:
-        """A Hugging Face Llama ``state_dict`` (numpy arrays or torch tensors, with or without the
-        ``model.`` prefix) and its ``config.json`` as a dict (or a ``LlamaConfig``) -> model.
+    ) -> Any:
+        """A Hugging Face ``state_dict`` of this family (numpy arrays or torch tensors, with or without
+        the ``model.`` prefix) and its ``config.json`` as a dict (or a config) -> model.
 
         Refused, naming the key: keys that are not strings, values that are not floating-point
         arrays or tensors, non-finite numbers, missing or unexpected keys (biases, an extra layer),
@@ -458,13 +498,14 @@ class LlamaModel(NumpyDecoder):
             raise TypeError(
                 f"state_dict: expected a mapping of names to arrays, got {type(state_dict).__name__}"
             )
-        if isinstance(config, LlamaConfig):
+        if isinstance(config, cls.config_class):
             cfg = config
         elif isinstance(config, Mapping):
-            cfg = LlamaConfig.from_hf(config)
+            cfg = cls.config_class.from_hf(config)
         else:
             raise TypeError(
-                f"config: expected a config.json dict or a LlamaConfig, got {type(config).__name__}"
+                f"config: expected a config.json dict or a {cls.config_class.__name__}, "
+                f"got {type(config).__name__}"
             )
         dtype = check_float_dtype(dtype)
         sd: dict[str, np.ndarray] = {}
@@ -503,57 +544,20 @@ class LlamaModel(NumpyDecoder):
                 )
         return cls(cfg, _build(sd, cfg))
 
-    def to_llama_state_dict(self) -> dict[str, np.ndarray]:
-        """The weights in Hugging Face Llama naming, ``model.`` prefix included."""
+    def to_state_dict(self) -> dict[str, np.ndarray]:
+        """The weights in Hugging Face naming, ``model.`` prefix included."""
         return self.weights.to_state_dict()
 
-    # ------------------------------------------------------------ forward passes
-    def forward(
-        self,
-        ids_T: Any,
-        cache: KVCache | None = None,
-        trace: list[dict] | None = None,
-        start: int | None = None,
-    ) -> np.ndarray:
-        """[T] -> [T,V]: run T new tokens at positions start .. start+T-1, start = len(cache).
+    # ------------------------------------------------------------ the three hooks
+    def embed(self, ids_T: np.ndarray, positions_T: np.ndarray) -> np.ndarray:
+        """[T], [T] -> [T,D]: token rows alone (positions enter each block through RoPE)."""
+        return embed_tokens(ids_T, self.weights.wte_VD)
 
-        Without a cache the tokens are the whole sequence (start 0). ``start`` may be given only to
-        demonstrate what a wrong position does: the keys still go to slots len(cache) onwards, but
-        are rotated for the positions given. ``trace``, if a list, receives one dict per layer.
-        """
-        cfg = self.config
-        if cache is not None:
-            self.check_cache(cache)
-        ids_T = check_token_ids(ids_T, cfg.vocab_size, "ids_T")
-        slot = start_position(cache, len(ids_T), cfg.max_seq_len)
-        start = slot if start is None else check_int("start", start, 0, cfg.max_seq_len - len(ids_T))
-        positions_T = np.arange(start, start + len(ids_T))
-        w = self.weights
-        x_TD = embed_tokens(ids_T, w.wte_VD)
-        for i, layer in enumerate(w.layers):
-            layer_trace = {"x_in_TD": x_TD} if trace is not None else None
-            x_TD = block(x_TD, layer, cfg, positions_T, cache, i, layer_trace)
-            if trace is not None:
-                trace.append(layer_trace)
-        x_TD = rms_norm(x_TD, w.norm_D, cfg.rms_norm_eps)
-        if cache is not None:
-            cache.advance(len(ids_T))
-        return lm_head(x_TD, w.head_VD)
+    def block(self, x_TD, layer_index, positions_T, cache, plan, trace=None, core=None):
+        """[T,D] -> [T,D]: block ``layer_index``, its q and k turned for ``positions_T``."""
+        layer = self.weights.layers[layer_index]
+        return block(x_TD, layer, self.config, positions_T, cache, plan, layer_index, trace, core)
 
-    def decode_step(
-        self,
-        token_id: Any,
-        cache: KVCache,
-        trace: list[dict] | None = None,
-        position: int | None = None,
-    ) -> np.ndarray:
-        """one token id -> [V]: its q/k/v only; the key rotated for position len(cache) and stored
-        there. ``position`` other than len(cache) is the off-by-one demonstration, never needed."""
-        if cache is None:
-            raise TypeError("cache: expected a KV cache from new_cache(), got None")
-        token_id = check_token_id(token_id, self.config.vocab_size, "token_id")
-        if len(cache) == 0:
-            raise ValueError("cache: expected a prefilled cache for decode_step, got an empty one")
-        if position is not None:
-            position = check_int("position", position, 0, self.config.max_seq_len - 1)
-        return self.forward([token_id], cache, trace, start=position)[0]
+    def head(self, x_TD: np.ndarray) -> np.ndarray:
+        """[T,D] -> [T,V]: the final RMSNorm, then the LM head (the embedding itself when tied)."""
+        return lm_head(rms_norm(x_TD, self.weights.norm_D, self.config.rms_norm_eps), self.weights.head_VD)

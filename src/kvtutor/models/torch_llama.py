@@ -14,8 +14,10 @@ turned (the cache holds rotated keys, as in the NumPy twin). The cos and sin of 
 needs: a slice when every row starts at one position, a gather when rows are ragged.
 
 Llama's projections have no biases. ``torch_mirror.linear`` takes one (``addmv`` needs it), so
-the layers carry zero biases, views of one zero vector: the same numbers, the mirror's code.
-No fused or graphed decode here: every pass runs the step functions below.
+the layers carry zero biases, views of one zero vector: the same numbers, the mirror's code. The
+weights are packed as GPT-2's are (``torch_weights.WeightPacker``), and the cache, the passes,
+``generate`` and the CUDA-graph step are ``TorchDecoder``'s. QK-norm (Qwen3) is one optional step
+of ``attention``: the layer's ``q_norm_K`` and ``k_norm_K``, None for Llama.
 """
 
 from __future__ import annotations
@@ -28,22 +30,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..caches.torch_kv import Plan, TorchKVCache
+from ..caches.protocol import Plan
 from ..text import TEXT_WIDTH, fields_call, wrap_call
 from . import llama
 from .llama import LlamaConfig, LlamaModel, LlamaWeights
-from .torch_gpt2 import TorchDecoder
+from .torch_base import TorchDecoder
 from .torch_mirror import (
     OutInViews,
-    as_rows,
     attention_core,
     check_finite_weights,
     linear,
-    lm_head,
     merge_heads,
     project_heads,
     resolve_device_dtype,
 )
+from .torch_weights import WeightPacker
 
 __all__ = [
     "embed_tokens",
@@ -132,18 +133,21 @@ def attention(
     config: LlamaConfig,
     cos_BTK: torch.Tensor,
     sin_BTK: torch.Tensor,
-    cache: TorchKVCache | None = None,
+    cache: Any = None,
     layer_index: int = 0,
     plan: Plan | None = None,
 ) -> torch.Tensor:
     """[B,T,D], RoPE's cos and sin [B,T,K] -> [B,T,D]: causal self-attention of T new tokens per
-    row, queries and keys turned by RoPE.
+    row, queries and keys turned by RoPE (after QK-norm, where the layer has its gains).
 
     The keys are turned *before* they are stored: the cache holds rotated keys, which never need
     turning again. With a cache, ``plan`` says where each row's new keys go (slots len_b onwards),
     so cos and sin must be those same positions' (``rope_at`` with the plan's start).
     """
     q_BHTK, k_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config)
+    if layer.q_norm_K is not None:  # QK-norm (Qwen3): each head's q and k scaled to unit RMS
+        q_BHTK = rms_norm(q_BHTK, layer.q_norm_K, config.rms_norm_eps)
+        k_BHTK = rms_norm(k_BHTK, layer.k_norm_K, config.rms_norm_eps)
     q_BHTK = apply_rope(q_BHTK, cos_BTK, sin_BTK)
     k_rot_BHTK = apply_rope(k_BHTK, cos_BTK, sin_BTK)
     o_BHTK = attention_core(q_BHTK, k_rot_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
@@ -156,7 +160,7 @@ def block(
     config: LlamaConfig,
     cos_BTK: torch.Tensor,
     sin_BTK: torch.Tensor,
-    cache: TorchKVCache | None = None,
+    cache: Any = None,
     layer_index: int = 0,
     plan: Plan | None = None,
 ) -> torch.Tensor:
@@ -173,10 +177,11 @@ def block(
 
 @dataclass
 class TorchLlamaLayerWeights(OutInViews):
-    """One block, named as ``llama.LlamaLayerWeights``. Matrices are [in, out] views of contiguous
-    [out, in] tensors (Hugging Face's layout); ``w_q``, ``w_k``, ``w_v`` are column slices of
-    ``w_qkv`` and ``w_gate``, ``w_up`` of ``w_gate_up``. The biases are zeros (Llama has none),
-    there so that ``torch_mirror.linear`` and ``project_heads`` serve as they are."""
+    """One block, named as ``llama.LlamaLayerWeights``. Matrices are [in, out] views, stored as
+    ``torch_weights.row_major`` says; ``w_q``, ``w_k``, ``w_v`` are column slices of ``w_qkv`` and
+    ``w_gate``, ``w_up`` of ``w_gate_up``. The biases are zeros (Llama has none), there so that
+    ``torch_mirror.linear`` and ``project_heads`` serve as they are; ``q_norm_K`` and ``k_norm_K``
+    are QK-norm's gains (Qwen3), else None."""
 
     attn_norm_D: torch.Tensor
     w_qkv: torch.Tensor
@@ -193,9 +198,12 @@ class TorchLlamaLayerWeights(OutInViews):
     w_up: torch.Tensor
     w_down: torch.Tensor
     b_down: torch.Tensor
+    q_norm_K: torch.Tensor | None = None
+    k_norm_K: torch.Tensor | None = None
 
 
 _STORED = ("attn_norm_D", "w_qkv", "w_o", "mlp_norm_D", "w_gate_up", "w_down")  # the rest are views
+_QK_NORM = ("q_norm_K", "k_norm_K")
 
 
 def _numpy_dtype(dtype: torch.dtype) -> type:
@@ -210,7 +218,7 @@ def _numpy_dtype(dtype: torch.dtype) -> type:
 class TorchLlamaModel(TorchDecoder):
     """A Llama-style decoder in PyTorch, batched: CUDA (bf16) when present, else the CPU (float32).
 
-    Build it with ``random``, ``from_numpy`` (a ``LlamaModel``) or ``from_llama_state_dict``;
+    Build it with ``random``, ``from_numpy`` (a ``LlamaModel``) or ``from_state_dict``;
     ``.config`` (a ``LlamaConfig``), ``.device``, ``.dtype``, ``.layers``
     (``TorchLlamaLayerWeights``), ``.wte_VD``, ``.norm_D``, ``.head_VD`` (the very tensor
     ``wte_VD`` when the config ties them), ``.cos_MK`` and ``.sin_MK`` (RoPE's tables for every
@@ -221,41 +229,43 @@ class TorchLlamaModel(TorchDecoder):
     each row's keys for its own positions.
     """
 
+    numpy_class = LlamaModel  # the NumPy twin: its config, weights and state-dict reader
+
     def __init__(
         self, config: LlamaConfig, weights: LlamaWeights, device: Any = None, dtype: torch.dtype | None = None
     ) -> None:
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"config: expected a kvtutor.LlamaConfig, got {type(config).__name__}")
+        config_class = self.numpy_class.config_class
+        if not isinstance(config, config_class):
+            raise TypeError(
+                f"config: expected a kvtutor.{config_class.__name__}, got {type(config).__name__}"
+            )
         if not isinstance(weights, LlamaWeights):
             raise TypeError(
                 f"weights: expected a kvtutor.models.llama.LlamaWeights, got {type(weights).__name__}"
             )
-        self.config = config
+        self.config = cfg = config
         self.device, self.dtype = resolve_device_dtype(device, dtype)
-
-        def vec(a: np.ndarray) -> torch.Tensor:  # always a copy: nothing shared with the NumPy model
-            return torch.tensor(np.ascontiguousarray(a), dtype=self.dtype, device=self.device)
-
-        def mat(*parts_EO: np.ndarray) -> torch.Tensor:  # [E, O] blocks side by side -> an [E, sum O] view
-            return vec(np.concatenate([np.asarray(p).T for p in parts_EO], axis=0)).mT
-
-        cfg = config
         q_width, kv_width = cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
         widest = max(q_width + 2 * kv_width, 2 * cfg.d_ff, cfg.d_model)
-        self.bias_zeros = torch.zeros(widest, dtype=self.dtype, device=self.device)  # every layer's biases
-        self.wte_VD = vec(weights.wte_VD)
-        self.head_VD = self.wte_VD if weights.head_VD is weights.wte_VD else vec(weights.head_VD)
-        self.norm_D = vec(weights.norm_D)
+        n_pad = WeightPacker.padded_rows(cfg.vocab_size, self.device)
+        numel = sum(a.size for a in weights.arrays()) + n_pad * cfg.d_model + widest  # + the zero biases
+        pack = WeightPacker(self.device, self.dtype, numel, 4 + 9 * len(weights.layers))
+        self.bias_zeros = pack.vec(torch.zeros(widest))  # every layer's biases are views of it
+        tied = weights.head_VD is weights.wte_VD
+        self.wte_VD, self.head_VD = pack.embedding(weights.wte_VD, None if tied else weights.head_VD)
+        self.norm_D = pack.vec(weights.norm_D)
         self.layers: list[TorchLlamaLayerWeights] = []
         for ly in weights.layers:
-            w_qkv, w_gate_up = mat(ly.w_q, ly.w_k, ly.w_v), mat(ly.w_gate, ly.w_up)
+            w_qkv, w_gate_up = pack.mat(ly.w_q, ly.w_k, ly.w_v), pack.mat(ly.w_gate, ly.w_up)
             w_q, w_k, w_v = w_qkv.split([q_width, kv_width, kv_width], dim=1)
             w_gate, w_up = w_gate_up.split([cfg.d_ff, cfg.d_ff], dim=1)
+            qk = {n: pack.vec(getattr(ly, n)) for n in _QK_NORM if getattr(ly, n) is not None}
+            zeros = self.bias_zeros
             self.layers.append(TorchLlamaLayerWeights(
-                attn_norm_D=vec(ly.attn_norm_D), w_qkv=w_qkv, b_qkv=self.bias_zeros[: q_width + 2 * kv_width],
-                w_q=w_q, w_k=w_k, w_v=w_v, w_o=mat(ly.w_o), b_o=self.bias_zeros[: cfg.d_model],
-                mlp_norm_D=vec(ly.mlp_norm_D), w_gate_up=w_gate_up, b_gate_up=self.bias_zeros[: 2 * cfg.d_ff],
-                w_gate=w_gate, w_up=w_up, w_down=mat(ly.w_down), b_down=self.bias_zeros[: cfg.d_model],
+                attn_norm_D=pack.vec(ly.attn_norm_D), w_qkv=w_qkv, b_qkv=zeros[: q_width + 2 * kv_width],
+                w_q=w_q, w_k=w_k, w_v=w_v, w_o=pack.mat(ly.w_o), b_o=zeros[: cfg.d_model],
+                mlp_norm_D=pack.vec(ly.mlp_norm_D), w_gate_up=w_gate_up, b_gate_up=zeros[: 2 * cfg.d_ff],
+                w_gate=w_gate, w_up=w_up, w_down=pack.mat(ly.w_down), b_down=zeros[: cfg.d_model], **qk,
             ))  # fmt: skip
         check_finite_weights(self._named_weights())  # a nan given, or a number past the dtype's range
         self.cos_MK, self.sin_MK = rope_tables(
@@ -271,43 +281,45 @@ class TorchLlamaModel(TorchDecoder):
         device: Any = None,
         dtype: torch.dtype | None = None,
         std: float = 0.02,
-    ) -> TorchLlamaModel:
-        """Random weights, the same draw as ``LlamaModel.random(config, seed, std=std)`` (drawn in
-        float64 and rounded to float32, or kept in float64 when ``dtype`` is float64)."""
+    ) -> Any:
+        """Random weights, the same draw as the NumPy twin's ``random(config, seed, std=std)`` (drawn
+        in float64 and rounded to float32, or kept in float64 when ``dtype`` is float64)."""
         device, dtype = resolve_device_dtype(device, dtype)
-        numpy_model = LlamaModel.random(config, seed, _numpy_dtype(dtype), std)
+        twin = cls.numpy_class.random(config, seed, _numpy_dtype(dtype), std)
+        return cls(twin.config, twin.weights, device, dtype)
+
+    @classmethod
+    def from_numpy(cls, numpy_model: Any, device: Any = None, dtype: torch.dtype | None = None) -> Any:
+        """The weights of the NumPy twin (a ``LlamaModel``; a ``Qwen3Model`` for ``TorchQwen3Model``),
+        copied to ``device`` in ``dtype``."""
+        if not isinstance(numpy_model, cls.numpy_class):
+            raise TypeError(
+                f"numpy_model: expected a kvtutor.{cls.numpy_class.__name__}, "
+                f"got {type(numpy_model).__name__}"
+            )
         return cls(numpy_model.config, numpy_model.weights, device, dtype)
 
     @classmethod
-    def from_numpy(
-        cls, llama_model: Any, device: Any = None, dtype: torch.dtype | None = None
-    ) -> TorchLlamaModel:
-        """The weights of a ``LlamaModel``, copied to ``device`` in ``dtype``."""
-        if not isinstance(llama_model, LlamaModel):
-            raise TypeError(f"llama_model: expected a kvtutor.LlamaModel, got {type(llama_model).__name__}")
-        return cls(llama_model.config, llama_model.weights, device, dtype)
-
-    @classmethod
-    def from_llama_state_dict(
+    def from_state_dict(
         cls,
         state_dict: Mapping[str, Any],
         config: Mapping[str, Any] | LlamaConfig,
         device: Any = None,
         dtype: torch.dtype | None = None,
-    ) -> TorchLlamaModel:
-        """A Hugging Face Llama ``state_dict`` (tensors or arrays, ``model.`` prefix or not) and its
-        ``config.json`` as a dict (or a ``LlamaConfig``) -> model.
+    ) -> Any:
+        """A Hugging Face ``state_dict`` of this family (tensors or arrays, ``model.`` prefix or not)
+        and its ``config.json`` as a dict (or a config) -> model.
 
-        Read and checked by ``LlamaModel.from_llama_state_dict`` (refused, naming the key: missing,
+        Read and checked by the NumPy twin's ``from_state_dict`` (refused, naming the key: missing,
         unexpected or misshapen weights, non-finite numbers, a tied config whose head differs, and
-        every config that ``LlamaConfig.from_hf`` refuses), then copied to ``device`` in ``dtype``.
+        every config that ``from_hf`` refuses), then copied to ``device`` in ``dtype``.
         """
         device, dtype = resolve_device_dtype(device, dtype)  # fail before converting a large state dict
-        numpy_model = LlamaModel.from_llama_state_dict(state_dict, config, _numpy_dtype(dtype))
-        return cls(numpy_model.config, numpy_model.weights, device, dtype)
+        twin = cls.numpy_class.from_state_dict(state_dict, config, _numpy_dtype(dtype))
+        return cls(twin.config, twin.weights, device, dtype)
 
-    def to_llama_state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights in Hugging Face ``LlamaForCausalLM`` naming (``model.`` prefix, [out, in])."""
+    def to_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights in Hugging Face naming (``model.`` prefix, Linear weights [out, in])."""
         sd = {"model.embed_tokens.weight": self.wte_VD.clone()}
         for i, ly in enumerate(self.layers):
             pre = f"model.layers.{i}."
@@ -317,21 +329,26 @@ class TorchLlamaModel(TorchDecoder):
                 "post_attention_layernorm": ly.mlp_norm_D, "mlp.gate_proj": ly.w_gate.mT,
                 "mlp.up_proj": ly.w_up.mT, "mlp.down_proj": ly.w_down.mT,
             }  # fmt: skip
+            if ly.q_norm_K is not None:
+                named |= {"self_attn.q_norm": ly.q_norm_K, "self_attn.k_norm": ly.k_norm_K}
             sd |= {f"{pre}{name}.weight": w.contiguous().clone() for name, w in named.items()}
         sd["model.norm.weight"] = self.norm_D.clone()
-        sd["lm_head.weight"] = sd["model.embed_tokens.weight"] if self.tied else self.head_VD.clone()
+        n_vocab = self.config.vocab_size
+        head = sd["model.embed_tokens.weight"] if self.tied else self.head_VD[:n_vocab].clone()
+        sd["lm_head.weight"] = head
         return sd
 
     @property
     def tied(self) -> bool:
-        """Is the LM head the token embedding itself?"""
-        return self.head_VD is self.wte_VD
+        """Is the LM head the token embedding itself (the same rows)?"""
+        return self.wte_VD.data_ptr() == self.head_VD.data_ptr()
 
     def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
         out = [("wte_VD", self.wte_VD), ("norm_D", self.norm_D)]
         out += [] if self.tied else [("head_VD", self.head_VD)]
         for i, ly in enumerate(self.layers):
-            out += [(f"layers[{i}].{name}", getattr(ly, name)) for name in _STORED]
+            names = _STORED + (_QK_NORM if ly.q_norm_K is not None else ())
+            out += [(f"layers[{i}].{name}", getattr(ly, name)) for name in names]
         return out
 
     def __repr__(self) -> str:
@@ -339,20 +356,21 @@ class TorchLlamaModel(TorchDecoder):
         config = fields_call(self.config, TEXT_WIDTH - len(name) - 1)  # nested: indented that much
         return wrap_call(name, [config, f"device={self.device}", f"dtype={self.dtype}"])
 
-    # ------------------------------------------------------------ forward passes
-    def run_pass(
-        self, ids_BT: torch.Tensor, cache: TorchKVCache | None, plan: Plan | None, last_only: bool = False
-    ) -> torch.Tensor:
-        """Embed, the blocks, the final RMSNorm, LM head (``TorchDecoder.run_pass``)."""
-        cfg = self.config
-        if plan is None:
-            start: int | torch.Tensor = 0
-        else:
-            start = plan.start if plan.pos_B is None else plan.pos_B
-        cos_BTK, sin_BTK = rope_at(self.cos_MK, self.sin_MK, start, ids_BT.shape[1])
-        x_BTD = as_rows(embed_tokens(ids_BT, self.wte_VD))  # a CPU decode step: rows
-        for i, layer in enumerate(self.layers):
-            x_BTD = block(x_BTD, layer, cfg, cos_BTK, sin_BTK, cache, i, plan)
-        if last_only and x_BTD.dim() == 3:
-            x_BTD = x_BTD[:, -1:]
-        return lm_head(rms_norm(x_BTD, self.norm_D, cfg.rms_norm_eps), self.head_VD)
+    # ------------------------------------------------------------ the hooks of one pass
+    def positions(self, start: int | torch.Tensor, n_new: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's cos and sin rows of positions start .. start+T-1 (``rope_at``): one table read a
+        pass, shared by every block."""
+        return rope_at(self.cos_MK, self.sin_MK, start, n_new)
+
+    def embed(self, ids_BT: torch.Tensor, where: Any) -> torch.Tensor:
+        """[B,T] -> [B,T,D]: token rows alone (positions enter each block through RoPE)."""
+        return embed_tokens(ids_BT, self.wte_VD)
+
+    def block(self, x_BTD, layer, index, where, cache, plan):
+        """[B,T,D] -> [B,T,D]: ``block``, q and k turned by RoPE's rows ``where``."""
+        cos_BTK, sin_BTK = where
+        return block(x_BTD, layer, self.config, cos_BTK, sin_BTK, cache, index, plan)
+
+    def final_norm(self, x_BTD: torch.Tensor) -> torch.Tensor:
+        """[B,T,D] -> [B,T,D]: the final RMSNorm."""
+        return rms_norm(x_BTD, self.norm_D, self.config.rms_norm_eps)

@@ -1,11 +1,12 @@
-"""The steps of the PyTorch model, batched [B, T]: the twins of ``kvtutor.models.gpt2``'s functions.
+"""The steps every torch family shares, batched [B, T]: the twins of ``kvtutor.models.steps``.
 
 Every step keeps the NumPy name and argument order, with a batch dimension in front (``x_BTD``
 instead of ``x_TD``, heads in the second place: ``q_BHTK``). What differs is how the work is laid
 out for speed: Q, K and V come from one fused matrix (one matmul; ``w_q``, ``w_k``, ``w_v`` stay
-as views of it), every weight is stored for ``F.linear`` or BLAS to read fast (see
-``TorchGPT2Model.row_major``), attention goes through ``F.scaled_dot_product_attention``, and the
-cache is written in place (``kvtutor.caches.torch_kv``).
+as views of it), every weight is stored for ``F.linear`` or BLAS to read fast
+(``torch_weights.row_major``), attention goes through ``F.scaled_dot_product_attention``, and the
+cache is written in place (``kvtutor.caches.torch_kv``). The family's own steps are in
+``torch_gpt2`` and ``torch_llama``; the checks every pass makes of its token ids are at the end.
 
 Masks: a single query row (decode) needs none; a prompt on an empty cache (T = S) uses
 ``is_causal=True``; T > 1 new tokens after cached ones need the causal mask shifted by the cache
@@ -16,19 +17,17 @@ would hide keys the queries may see). Rows at different lengths get one mask per
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..caches.torch_kv import Plan, TorchKVCache, causal_mask, host_empty, ragged_causal_mask
+from ..caches.protocol import Plan
+from ..caches.torch_kv import causal_mask, host_empty, ragged_causal_mask
 from ..validate import torch_compute_dtype, torch_device
-from .config import GPT2Config
 
 __all__ = [
-    "embed",
-    "layer_norm",
     "as_rows",
     "linear",
     "project_heads",
@@ -38,38 +37,17 @@ __all__ = [
     "ragged_causal_mask",
     "sdpa",
     "merge_heads",
-    "gelu",
-    "ffn",
     "attention_core",
-    "attention",
-    "block",
     "lm_head",
-    "TorchLayerWeights",
     "OutInViews",
     "resolve_device_dtype",
     "check_finite_weights",
+    "token_ids",
+    "check_batch",
 ]
 
 _BIG_OUTPUT = 32 << 20  # bytes: above this glibc maps fresh pages for every allocation
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa= exists
-_GELU_INPLACE = torch.ops.aten.gelu_.default  # GELU written into its input (no new tensor)
-
-
-def embed(
-    ids_BT: torch.Tensor, wte_VD: torch.Tensor, wpe_MD: torch.Tensor, start: int | torch.Tensor = 0
-) -> torch.Tensor:
-    """[B,T], [V,D], [M,D], int or [B] -> [B,T,D]: token plus position embedding, row b from start_b on."""
-    n_new = ids_BT.shape[1]
-    if isinstance(start, int):
-        pos_TD = wpe_MD[start : start + n_new]  # every row at the same positions: a slice, no gather
-        return F.embedding(ids_BT, wte_VD).add_(pos_TD)  # a fresh tensor: add in place
-    pos_BT = start[:, None] + torch.arange(n_new, device=start.device)
-    return F.embedding(ids_BT, wte_VD) + F.embedding(pos_BT, wpe_MD)
-
-
-def layer_norm(x_BTD: torch.Tensor, g_D: torch.Tensor, b_D: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """[B,T,D], [D], [D] -> [B,T,D]"""
-    return torch.layer_norm(x_BTD, g_D.shape, g_D, b_D, eps)
 
 
 def as_rows(x_BTD: torch.Tensor) -> torch.Tensor:
@@ -155,74 +133,30 @@ def merge_heads(o_BHTK: torch.Tensor, like: torch.Tensor | None = None) -> torch
     return o_BHTK.transpose(1, 2).flatten(2)  # (B, T, H*K): a copy unless T == 1
 
 
-def gelu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-    """[...] -> [...]: GELU, tanh approximation (GPT-2's 'gelu_new'); ``inplace`` overwrites x."""
-    if inplace:
-        return _GELU_INPLACE(x, approximate="tanh")
-    return F.gelu(x, approximate="tanh")
-
-
-def ffn(x_BTD: torch.Tensor, layer: TorchLayerWeights) -> torch.Tensor:
-    """[B,T,D] -> [B,T,D]: W_fc [D,F], GELU, W_proj [F,D]."""
-    h_BTF = linear(x_BTD, layer.w_fc_OE, layer.b_fc)
-    return linear(gelu(h_BTF, inplace=True), layer.w_proj_OE, layer.b_proj)  # h is ours: no new [B,T,F]
-
-
-def attention(
-    x_BTD: torch.Tensor,
-    layer: TorchLayerWeights,
-    config: GPT2Config,
-    cache: TorchKVCache | None = None,
-    layer_index: int = 0,
-    plan: Plan | None = None,
-) -> torch.Tensor:
-    """[B,T,D] -> [B,T,D]: multi-head causal self-attention of T new tokens per row.
-
-    With a cache, ``plan`` (from the cache) says where each row's new keys and values go and which
-    keys each query may see; the queries attend to the S keys the cache returns. Without one,
-    S = T (full recompute, plain causal mask).
-    """
-    q_BHTK, k_new_BHTK, v_new_BHTK = project_heads(x_BTD, layer, config)
-    o_BHTK = attention_core(q_BHTK, k_new_BHTK, v_new_BHTK, config.group_size, cache, layer_index, plan)
-    return linear(merge_heads(o_BHTK, x_BTD), layer.w_o_OE, layer.b_o)
-
-
 def attention_core(
     q_BHTK: torch.Tensor,
     k_new_BHTK: torch.Tensor,
     v_new_BHTK: torch.Tensor,
     group_size: int,
-    cache: TorchKVCache | None = None,
+    cache: Any = None,
     layer_index: int = 0,
     plan: Plan | None = None,
 ) -> torch.Tensor:
     """[B,H,T,K], new [B,Hkv,T,K] keys and values -> [B,H,T,K]: store the new keys and values where
-    ``plan`` says (with a cache) and attend to every key each query may see; without a cache, to the
-    T new ones under the plain causal mask. GPT-2 and Llama share it (``gpt2.attention_core``'s
-    twin, with the cache write folded in)."""
+    ``plan`` says (with a cache) and attend to every key the cache's mask lets each query see;
+    without a cache, to the T new ones under the plain causal mask. Every family shares it
+    (``steps.attention_core``'s twin, with the cache write folded in)."""
+    n_new = q_BHTK.shape[2]
     if cache is None:
-        k_BHSK, v_BHSK, mask, is_causal = k_new_BHTK, v_new_BHTK, None, q_BHTK.shape[2] > 1
-    else:
-        k_BHSK, v_BHSK = cache.update(layer_index, k_new_BHTK, v_new_BHTK, plan)
-        mask, is_causal = plan.mask, plan.is_causal
+        return sdpa(q_BHTK, k_new_BHTK, v_new_BHTK, None, n_new > 1, group_size)
+    k_BHSK, v_BHSK, mask = cache.update(layer_index, k_new_BHTK, v_new_BHTK, plan)
+    is_causal, n_keys = plan.is_causal, k_BHSK.shape[2]
+    if mask is None and not is_causal and n_new > 1:  # causal, the T queries the last T of S keys
+        if n_keys == n_new:
+            is_causal = True
+        else:
+            mask = causal_mask(n_new, n_keys, q_BHTK.device)
     return sdpa(q_BHTK, k_BHSK, v_BHSK, mask, is_causal, group_size)
-
-
-def block(
-    x_BTD: torch.Tensor,
-    layer: TorchLayerWeights,
-    config: GPT2Config,
-    cache: TorchKVCache | None = None,
-    layer_index: int = 0,
-    plan: Plan | None = None,
-) -> torch.Tensor:
-    """[B,T,D] -> [B,T,D]: x + attention(LN(x)), then x + FFN(LN(x)) (pre-LayerNorm, as GPT-2)."""
-    eps = config.layer_norm_eps
-    h_BTD = layer_norm(x_BTD, layer.ln1_g, layer.ln1_b, eps)
-    x_BTD = attention(h_BTD, layer, config, cache, layer_index, plan).add_(
-        x_BTD
-    )  # a fresh tensor: add in place
-    return ffn(layer_norm(x_BTD, layer.ln2_g, layer.ln2_b, eps), layer).add_(x_BTD)
 
 
 def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
@@ -258,31 +192,6 @@ class OutInViews:
         return view
 
 
-@dataclass
-class TorchLayerWeights(OutInViews):
-    """One block, named as ``gpt2_weights.LayerWeights``. Matrices are [in, out] views of contiguous
-    [out, in] tensors; ``w_q``, ``w_k``, ``w_v`` (and their biases) are column slices of ``w_qkv``."""
-
-    ln1_g: torch.Tensor
-    ln1_b: torch.Tensor
-    w_qkv: torch.Tensor
-    b_qkv: torch.Tensor
-    w_q: torch.Tensor
-    b_q: torch.Tensor
-    w_k: torch.Tensor
-    b_k: torch.Tensor
-    w_v: torch.Tensor
-    b_v: torch.Tensor
-    w_o: torch.Tensor
-    b_o: torch.Tensor
-    ln2_g: torch.Tensor
-    ln2_b: torch.Tensor
-    w_fc: torch.Tensor
-    b_fc: torch.Tensor
-    w_proj: torch.Tensor
-    b_proj: torch.Tensor
-
-
 # ---------------------------------------------------------------- device and dtype of a torch model
 
 
@@ -312,3 +221,52 @@ def check_finite_weights(named: list[tuple[str, torch.Tensor]]) -> None:
                 f"{where} ({int(bad.sum())} non-finite in all): a nan or inf in the weights given, or a "
                 f"number beyond the largest {t.dtype}, {torch.finfo(t.dtype).max:.4g}"
             )
+
+
+# ---------------------------------------------------------------- checks the passes share
+
+
+def token_ids(ids: Any, rank: int, vocab_size: int, name: str, device: torch.device) -> torch.Tensor:
+    """Token ids (list, numpy or tensor) -> LongTensor on ``device``, or an error naming ``name``."""
+    dims = {1: "[B]" if name.endswith("_B") else "[T]", 2: "[B, T]"}[rank]
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name}: expected int token ids of shape {dims}, got {type(ids).__name__}")
+    if not isinstance(ids, torch.Tensor):
+        try:
+            ids = np.asarray(ids)
+        except ValueError as err:  # ragged nested lists
+            raise ValueError(
+                f"{name}: expected a rectangular {dims} array of token ids, got ragged rows"
+            ) from err
+    shape = list(ids.shape)
+    if len(shape) != rank:
+        raise ValueError(f"{name}: expected shape {dims}, got shape {shape}")
+    if 0 in shape:
+        raise ValueError(f"{name}: expected at least one token, got shape {shape}")
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+            raise TypeError(f"{name}: expected int token ids, got dtype {ids.dtype}")
+        bad = (ids < 0) | (ids >= vocab_size)
+        if bool(bad.any()):  # on CUDA this waits for the device
+            where = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"{name}: expected token ids in [0, {vocab_size}), got {int(ids[where])} at index {where}"
+            )
+        return ids.to(device=device, dtype=torch.long)
+    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"{name}: expected int token ids, got dtype {ids.dtype}")
+    bad = (ids < 0) | (ids >= vocab_size)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"{name}: expected token ids in [0, {vocab_size}), got {int(ids[where])} at index {where}"
+        )
+    return torch.from_numpy(ids.astype(np.int64)).to(device)
+
+
+def check_batch(ids: torch.Tensor, cache: Any, name: str) -> None:
+    """A ValueError naming ``name`` unless ``ids`` [B, ...] has one row per row of ``cache``."""
+    if ids.shape[0] != cache.batch_size:
+        raise ValueError(
+            f"{name}: expected the cache's batch size {cache.batch_size}, got {ids.shape[0]} rows"
+        )

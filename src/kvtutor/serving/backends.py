@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..caches.kv import KVCache
-from ..models.gpt2 import NumpyDecoder
+from ..caches.protocol import KVCacheBase
+from ..models.numpy_base import NumpyDecoder
 from ..validate import check_int, check_token_ids
 
 __all__ = [
@@ -134,12 +134,21 @@ def check_empty_cache(model: Any, cache: Any, name: str = "cache") -> None:
 
 
 class LoopedSlots:
-    """Batch slots for a ``GPT2Model``, which runs one sequence per cache: one cache per slot, and a
-    "batched" decode step is a loop over the slots (the same tokens, no speed-up)."""
+    """Batch slots of one cache each, a cache of one sequence: a NumPy model's (which runs one
+    sequence per cache), or any cache of one sequence of either backend that ``new_cache(capacity)``
+    makes (a window, int8, paged or prefix-cached sequence: ``for_model(model, ...)``). A
+    "batched" decode step is a loop over the slots: the same tokens, no speed-up."""
 
-    def __init__(self, model: NumpyDecoder, n_slots: int, capacity: int) -> None:
+    def __init__(self, model: Any, n_slots: int, capacity: int, new_cache: Any = None) -> None:
         self.model = model
-        self.caches: list[KVCache] = [model.new_cache(capacity=capacity) for _ in range(n_slots)]
+        make = (lambda m: model.new_cache(capacity=m)) if new_cache is None else new_cache
+        self.caches: list[KVCacheBase] = [make(capacity) for _ in range(n_slots)]
+        for cache in self.caches:  # before any request is run: a cache of this model, one sequence
+            check_one_sequence(model, cache, "new_cache")
+            if cache.capacity < capacity:
+                raise ValueError(
+                    f"new_cache: expected caches of at least {capacity} positions, got {cache.capacity}"
+                )
 
     def prefill(self, slot: int, ids: list[int], start: int = 0) -> int:
         """Prompt tokens [C] into a slot at positions start .. start+C-1 (start 0: the slot is
@@ -147,14 +156,14 @@ class LoopedSlots:
         cache = self.caches[slot]
         if start == 0:
             cache.truncate(0)
-            return int(np.argmax(self.model.prefill(ids, cache)[-1]))
-        check_length(len(cache), start)
-        return int(np.argmax(self.model.forward(ids, cache)[-1]))
+        else:
+            check_length(len(cache), start)
+        return int(np.argmax(forward_one(self.model, ids, cache)[-1]))
 
     def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
         """One new token for each listed slot -> the next (greedy) token of each."""
         return [
-            int(np.argmax(self.model.decode_step(tok, self.caches[slot])))
+            int(np.argmax(forward_one(self.model, [tok], self.caches[slot])[-1]))
             for slot, tok in zip(slots, tokens, strict=True)
         ]
 
@@ -204,11 +213,17 @@ def forward_row(model: Any, ids_T: Any, cache: Any, row: int) -> Any:
     return model.forward_row(ids_T, cache, row)
 
 
-def batch_slots(model: Any, n_slots: int, capacity: int) -> LoopedSlots | BatchedSlots:
+def batch_slots(model: Any, n_slots: int, capacity: int, new_cache: Any = None) -> LoopedSlots | BatchedSlots:
     """``n_slots`` request slots of up to ``capacity`` positions each, as ``run_serving`` uses them:
     ``prefill(slot, ids, start=0) -> token`` (a whole prompt, or a chunk at ``start``) and
-    ``decode(slots, tokens) -> tokens``, greedy. A ``GPT2Model`` gets ``LoopedSlots`` (one cache
-    per slot), a ``TorchGPT2Model`` ``BatchedSlots``."""
+    ``decode(slots, tokens) -> tokens``, greedy. A NumPy model gets ``LoopedSlots`` (one cache per
+    slot), a torch model ``BatchedSlots`` (one batched cache); with ``new_cache`` (capacity -> a
+    cache of one sequence of the model, e.g. ``lambda m: SlidingWindowKVCache.for_model(model, 8,
+    capacity=m)``) every model gets ``LoopedSlots`` of those caches."""
+    if new_cache is not None:
+        if not callable(new_cache):
+            raise TypeError(f"new_cache: expected a function of the capacity, got {type(new_cache).__name__}")
+        return LoopedSlots(model, n_slots, capacity, new_cache)
     if is_torch_model(model):
         return BatchedSlots(model, n_slots, capacity)
     return LoopedSlots(model, n_slots, capacity)

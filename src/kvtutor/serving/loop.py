@@ -89,6 +89,7 @@ def run_serving(
     max_batch_size: int,
     policy: str = "continuous",
     max_step_tokens: int | None = None,
+    new_cache: Any = None,
 ) -> ServingTrace:
     """requests -> ServingTrace: serve them step by step with greedy decoding.
 
@@ -98,6 +99,8 @@ def run_serving(
     ``"continuous"`` admits whenever a slot is free; ``"static"`` admits only
     into an empty batch and keeps every slot until the batch's longest
     request has finished. ``max_step_tokens`` turns on chunked prefill.
+    ``new_cache`` (capacity -> a cache of one sequence) gives every slot a
+    cache of that kind (``backends.batch_slots``).
     """
     cfg = check_model(model, "model")
     records = check_requests(requests, cfg)
@@ -118,7 +121,7 @@ def run_serving(
     capacity = max(positions_needed(len(r.prompt_ids), r.max_new_tokens) for r in waiting)
     # more slots than requests would never be used
     n_slots = min(max_batch_size, len(waiting))
-    engine = batch_slots(model, n_slots, capacity)
+    engine = batch_slots(model, n_slots, capacity, new_cache)
     running: dict[int, RequestRecord] = {}  # batch slot -> the request in it
     step = waiting[0].arrival_step
     while waiting or running:

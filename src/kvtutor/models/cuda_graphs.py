@@ -30,10 +30,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
-from ..caches.torch_kv import Plan, TorchKVCache, TorchPreallocatedKVCache, host_empty
+from ..caches.protocol import Plan
+from ..caches.torch_kv import TorchKVCache, TorchPreallocatedKVCache
+from .torch_mirror import check_batch, token_ids
 
 
 class DecodingModel(Protocol):
@@ -58,9 +59,6 @@ __all__ = [
     "step_ids",
     "capture_graph",
     "DecodingModel",
-    "WeightArena",
-    "token_ids",
-    "check_batch",
 ]
 
 _MIN_BUCKET = 64  # the shortest stretch of cache a fixed-shape decode step attends over
@@ -84,82 +82,6 @@ def bucket_for(n_keys: int, capacity: int) -> int:
     return next(b for b in key_buckets(capacity) if b >= n_keys)
 
 
-# ---------------------------------------------------------------- checks
-
-
-def token_ids(ids: Any, rank: int, vocab_size: int, name: str, device: torch.device) -> torch.Tensor:
-    """Token ids (list, numpy or tensor) -> LongTensor on ``device``, or an error naming ``name``."""
-    dims = {1: "[B]" if name.endswith("_B") else "[T]", 2: "[B, T]"}[rank]
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(f"{name}: expected int token ids of shape {dims}, got {type(ids).__name__}")
-    if not isinstance(ids, torch.Tensor):
-        try:
-            ids = np.asarray(ids)
-        except ValueError as err:  # ragged nested lists
-            raise ValueError(
-                f"{name}: expected a rectangular {dims} array of token ids, got ragged rows"
-            ) from err
-    shape = list(ids.shape)
-    if len(shape) != rank:
-        raise ValueError(f"{name}: expected shape {dims}, got shape {shape}")
-    if 0 in shape:
-        raise ValueError(f"{name}: expected at least one token, got shape {shape}")
-    if isinstance(ids, torch.Tensor):
-        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
-            raise TypeError(f"{name}: expected int token ids, got dtype {ids.dtype}")
-        bad = (ids < 0) | (ids >= vocab_size)
-        if bool(bad.any()):  # on CUDA this waits for the device
-            where = tuple(int(i) for i in bad.nonzero()[0])
-            raise ValueError(
-                f"{name}: expected token ids in [0, {vocab_size}), got {int(ids[where])} at index {where}"
-            )
-        return ids.to(device=device, dtype=torch.long)
-    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"{name}: expected int token ids, got dtype {ids.dtype}")
-    bad = (ids < 0) | (ids >= vocab_size)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"{name}: expected token ids in [0, {vocab_size}), got {int(ids[where])} at index {where}"
-        )
-    return torch.from_numpy(ids.astype(np.int64)).to(device)
-
-
-def check_batch(ids: torch.Tensor, cache: TorchKVCache, name: str) -> None:
-    """A ValueError naming ``name`` unless ``ids`` [B, ...] has one row per row of ``cache``."""
-    if ids.shape[0] != cache.batch_size:
-        raise ValueError(
-            f"{name}: expected the cache's batch size {cache.batch_size}, got {ids.shape[0]} rows"
-        )
-
-
-# ---------------------------------------------------------------- weights
-
-
-_ALIGN = 64  # bytes: each weight starts on a cache line
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-class WeightArena:
-    """Tensors carved one after another out of one host buffer (``host_empty``: on 2 MiB pages where
-    the OS allows), each on its own cache line: every CPU weight of a ``TorchGPT2Model`` lives in one."""
-
-    def __init__(self, numel: int, dtype: torch.dtype, n_tensors: int = 0) -> None:
-        """Room for ``numel`` elements in ``n_tensors`` tensors, each padded to its cache line."""
-        self.buffer, self.used = host_empty(numel + n_tensors * _ALIGN, dtype), 0
-        self.align = max(1, _ALIGN // _itemsize(dtype))  # elements per cache line
-
-    def take(self, src: torch.Tensor) -> torch.Tensor:
-        """A copy of ``src`` (converted to the arena's dtype), placed at the next aligned offset."""
-        numel = src.numel()
-        out = self.buffer[self.used : self.used + numel].view(src.shape)
-        self.used += -(-numel // self.align) * self.align
-        return out.copy_(src)
-
-
 # ---------------------------------------------------------------- the fixed-shape step and its CUDA graphs
 
 
@@ -168,24 +90,27 @@ def decode_fixed(
     ids_B: torch.Tensor,
     cache: TorchPreallocatedKVCache,
     n_keys: int,
-) -> torch.Tensor:
-    """[B] -> [B,V]: a decode step over the first ``n_keys`` slots of every
-    row, every shape fixed and the positions read from the device copy of
-    the lengths (nothing the host must know: a CUDA graph can replay it).
-    Every row must be shorter than ``n_keys``. Does not advance the lengths.
+) -> tuple[torch.Tensor, Plan]:
+    """[B] -> [B,V] and the fixed plan to commit: a decode step over the
+    first ``n_keys`` slots of every row, every shape fixed and the positions
+    read from the device copy of the lengths (nothing the host must know: a
+    CUDA graph can replay it). ``fixed_plan`` refuses a row whose next token
+    would fall outside the ``n_keys`` slots.
 
     The book shows this in "Decode on a GPU".
     """
-    return model.run_pass(ids_B[:, None], cache, cache.fixed_plan(n_keys))[:, 0]
+    plan = cache.fixed_plan(n_keys)
+    return model.run_pass(ids_B[:, None], cache, plan)[:, 0], plan
 
 
-def bucket_step(
-    model: DecodingModel, cache: TorchPreallocatedKVCache, n_keys: int, mode: str
-) -> Callable[[torch.Tensor], torch.Tensor]:
+Step = Callable[[torch.Tensor], tuple[torch.Tensor, Plan]]
+
+
+def bucket_step(model: DecodingModel, cache: TorchPreallocatedKVCache, n_keys: int, mode: str) -> Step:
     """One decode step over the first ``n_keys`` slots (``decode_fixed``), compiled first when
     ``mode`` is ``"compile"``, and on CUDA captured in a CUDA graph (``capture_graph``)."""
 
-    def fixed(ids_B: torch.Tensor) -> torch.Tensor:
+    def fixed(ids_B: torch.Tensor) -> tuple[torch.Tensor, Plan]:
         return decode_fixed(model, ids_B, cache, n_keys)
 
     if mode == "compile":
@@ -227,7 +152,8 @@ def compile_decode(
 
     A call runs the step of the smallest key bucket that holds the longest
     row (``bucket_step``, built the first time the bucket is reached: a CUDA
-    graph replay on a GPU). The logits tensor is reused by the next call.
+    graph replay on a GPU), then commits its plan. The logits tensor is
+    reused by the next call.
 
     The book shows this in "Decode on a GPU".
     """
@@ -235,7 +161,7 @@ def compile_decode(
     modes = ("cuda_graph", "compile")
     if mode not in modes:
         raise ValueError(f"mode: expected one of {list(modes)}, got {mode!r}")
-    steps: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
+    steps: dict[int, Step] = {}
 
     def step(ids_B: Any, check: bool = True) -> torch.Tensor:
         """[B] -> [B,V]: one decode step of every row of the bound cache."""
@@ -245,11 +171,8 @@ def compile_decode(
         if n_keys not in steps:
             steps[n_keys] = bucket_step(model, cache, n_keys, mode)
         with torch.inference_mode():
-            logits_BV = steps[n_keys](ids_B)
-            if model.device.type == "cuda":  # the graph moved the device copy
-                cache.advance_host(1)
-            else:
-                cache.advance(1)
+            logits_BV, plan = steps[n_keys](ids_B)
+            cache.advance(plan)
         return logits_BV
 
     step.buckets = steps  # the buckets built so far (for inspection, tests)
@@ -259,41 +182,39 @@ def compile_decode(
 def capture_graph(
     model: DecodingModel,
     cache: TorchPreallocatedKVCache,
-    fixed: Callable[[torch.Tensor], torch.Tensor],
+    fixed: Step,
     n_keys: int,
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Record ``fixed`` (one decode step over ``n_keys`` slots) plus the
-    length update in a CUDA graph; return its replay.
+) -> Step:
+    """Record ``fixed`` (one decode step over ``n_keys`` slots) in a CUDA
+    graph; return its replay, which checks the bucket still holds every row,
+    replays, and hands back the logits and the fixed plan to commit.
 
     The book shows this in "Decode on a GPU".
     """
-    static_ids = torch.zeros(
-        cache.batch_size,
-        dtype=torch.long,
-        device=model.device,
-    )
+    static_ids = torch.zeros(cache.batch_size, dtype=torch.long, device=model.device)
     with torch.inference_mode(), torch.cuda.device(model.device):
         # warm-up runs (and compilation) write K/V at each row's next
         # slot: save those slots, restore
-        plan = cache.fixed_plan(n_keys)
-        saved = cache.save_slots(plan)
+        saved = cache.save_slots(cache.fixed_plan(n_keys))
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(3):
                 fixed(static_ids)
         torch.cuda.current_stream().wait_stream(stream)
-        cache.restore_slots(plan, saved)
+        cache.restore_slots(saved)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_logits = fixed(static_ids)
-            cache.advance_device(1)  # recorded, not run: runs at each replay
+            static_logits, plan = fixed(static_ids)
+        plan.written = [False] * len(plan.written)  # recorded, not run: each replay writes
         torch.cuda.synchronize()
 
-    def replay(ids_B: torch.Tensor) -> torch.Tensor:
+    def replay(ids_B: torch.Tensor) -> tuple[torch.Tensor, Plan]:
+        cache.check_fixed(n_keys)
         static_ids.copy_(ids_B, non_blocking=True)
         graph.replay()
-        return static_logits
+        plan.replayed()
+        return static_logits, plan
 
     # keep the graph (and its memory pool) alive with the callable
     replay.graph = graph

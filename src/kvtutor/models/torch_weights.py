@@ -1,0 +1,125 @@
+"""How every torch model stores its weights: one packer for every family.
+
+A decode step streams every matrix from memory once per token, so where and how a weight lies is
+part of the speed. ``WeightPacker`` copies a family's NumPy (or torch) weights to the model's
+device and dtype, and decides three things the same way for GPT-2, Llama and Qwen3:
+
+- **one arena on the CPU**: every tensor carved out of one buffer on 2 MiB pages where the OS
+  allows (``WeightArena``; fewer TLB misses while decode streams them), each on its own cache line;
+- **the layout of each matrix**: an [in, out] matrix is stored as it is or transposed, whichever
+  the device's product reads best (``row_major``), and always used through an [in, out] view;
+- **the LM head's rows** padded with zeros on CUDA to a multiple of 64 (GEMM tiles fit; the
+  logits are sliced back to the vocabulary), the embedding being a view of the same rows when the
+  family ties them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..caches.torch_kv import host_empty
+
+__all__ = ["VOCAB_MULTIPLE", "row_major", "WeightArena", "WeightPacker"]
+
+#: LM head rows are padded to a multiple of this, per device type
+VOCAB_MULTIPLE = {"cuda": 64}
+
+_ALIGN = 64  # bytes: each weight starts on a cache line
+
+
+def row_major(device: torch.device, n_in: int, n_out: int) -> bool:
+    """Store an [in, out] matrix as it is ([in, out] contiguous, rows of
+    length out)? Else it is stored transposed ([out, in] contiguous) and
+    used through an [in, out] view.
+
+    On a GPU: always transposed, the layout ``F.linear`` (cuBLAS) reads
+    natively. On a CPU, decode streams each matrix through BLAS's
+    matrix-vector product, whose speed depends on how long each contiguous
+    row is (on an AMD EPYC: about 8 GB/s at 1 KiB rows, 24 GB/s at 64 KiB),
+    so each matrix is laid out along its longer side.
+
+    The book shows this in "Rooflines: measuring compute-bound and
+    memory-bound".
+    """
+    return device.type == "cpu" and n_out >= n_in
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+class WeightArena:
+    """Tensors carved one after another out of one host buffer (``host_empty``: on 2 MiB pages where
+    the OS allows), each on its own cache line."""
+
+    def __init__(self, numel: int, dtype: torch.dtype, n_tensors: int = 0) -> None:
+        """Room for ``numel`` elements in ``n_tensors`` tensors, each padded to its cache line."""
+        self.buffer, self.used = host_empty(numel + n_tensors * _ALIGN, dtype), 0
+        self.align = max(1, _ALIGN // _itemsize(dtype))  # elements per cache line
+
+    def take(self, src: torch.Tensor) -> torch.Tensor:
+        """A copy of ``src`` (converted to the arena's dtype), placed at the next aligned offset."""
+        numel = src.numel()
+        if self.used + numel > self.buffer.numel():
+            raise ValueError(f"src: {numel} more elements do not fit the arena ({self.used} used)")
+        out = self.buffer[self.used : self.used + numel].view(src.shape)
+        self.used += -(-numel // self.align) * self.align
+        return out.copy_(src)
+
+
+def _tensor(a: Any) -> torch.Tensor:
+    """A NumPy array or a tensor (any device) as a tensor, without a copy where it can."""
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
+
+
+class WeightPacker:
+    """Copies of a family's weights on ``device`` in ``dtype``: on the CPU in one arena sized for
+    ``numel`` elements in at most ``n_tensors`` tensors (count generously: unused room costs a cache
+    line a tensor); elsewhere one allocation each."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, numel: int, n_tensors: int) -> None:
+        self.device, self.dtype = device, dtype
+        self.arena = WeightArena(numel, dtype, n_tensors) if device.type == "cpu" else None
+
+    def vec(self, a: Any) -> torch.Tensor:
+        """A contiguous copy of ``a`` (a norm's gain, a bias, an embedding)."""
+        src = _tensor(a)
+        if self.arena is None:
+            return torch.empty(src.shape, dtype=self.dtype, device=self.device).copy_(src)
+        return self.arena.take(src)
+
+    def mat(self, *parts_EO: Any) -> torch.Tensor:
+        """[E, O] matrices side by side -> one [E, sum O] matrix, stored as ``row_major`` says and
+        returned as an [E, sum O] view (fused projections: ``w_qkv``, ``w_gate_up``)."""
+        tensors = [_tensor(p) for p in parts_EO]
+        w_EO = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=1)
+        if row_major(self.device, *w_EO.shape):
+            return self.vec(w_EO)
+        return self.vec(w_EO.mT).mT
+
+    def embedding(self, wte_VD: Any, head_VD: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The token embedding [V, D] and the LM head as multiplied [V + pad, D]: one tensor when
+        ``head_VD`` is None (tied), the embedding then a view of its first V rows; rows of zeros
+        added on CUDA up to a multiple of 64."""
+        n_vocab, width = wte_VD.shape
+        n_pad = -n_vocab % VOCAB_MULTIPLE.get(self.device.type, 1)
+
+        def head_rows(w_VD: Any) -> torch.Tensor:  # the LM head reads w as a [D, V] matrix
+            if n_pad:
+                padded = self.vec(torch.zeros(n_vocab + n_pad, width))
+                padded[:n_vocab].copy_(_tensor(w_VD))
+                return padded
+            return self.mat(_tensor(w_VD).T).mT
+
+        if head_VD is None:
+            head = head_rows(wte_VD)
+            return (head[:n_vocab] if n_pad else head), head
+        return self.vec(wte_VD), head_rows(head_VD)
+
+    @staticmethod
+    def padded_rows(n_vocab: int, device: torch.device) -> int:
+        """How many zero rows the LM head gets on ``device``."""
+        return -n_vocab % VOCAB_MULTIPLE.get(device.type, 1)
