@@ -25,6 +25,8 @@ __all__ = [
     "Measurement",
     "bench_size",
     "time_fn",
+    "time_cpu",
+    "time_cuda",
     "hardware_info",
     "load_average",
     "versions",
@@ -121,7 +123,7 @@ def time_fn(
     num_threads: int | None = None,
 ) -> Measurement:
     """Time ``fn()``: warm-up calls, then samples until both min_repeats and
-    min_run_time are reached.
+    min_run_time are reached (``time_cpu``, ``time_cuda``).
 
     CPU: ``torch.utils.benchmark.Timer`` with ``num_threads`` (default
     ``torch.get_num_threads()``); calls that take under a millisecond are
@@ -135,6 +137,19 @@ def time_fn(
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
     device = _check_device(device)
+    repeats = _check_repeats(warmup, min_repeats, max_repeats)
+    if device.startswith("cuda"):
+        return time_cuda(fn, device, *repeats, min_run_time)
+    import torch
+
+    threads = torch.get_num_threads() if num_threads is None else num_threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        got = f"got {num_threads!r}"
+        raise ValueError(f"num_threads: expected an int >= 1, {got}")
+    return time_cpu(fn, threads, *repeats, min_run_time)
+
+
+def _check_repeats(warmup: Any, min_repeats: Any, max_repeats: Any) -> tuple[int, int, int]:
     for name, value, low in (
         ("warmup", warmup, 0),
         ("min_repeats", min_repeats, 1),
@@ -143,43 +158,27 @@ def time_fn(
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
     if max_repeats < min_repeats:
-        raise ValueError(
-            f"max_repeats: expected >= min_repeats={min_repeats}, "
-            f"got {max_repeats}"
-        )  # fmt: skip
-    import torch
+        raise ValueError(f"max_repeats: expected >= min_repeats={min_repeats}, got {max_repeats}")
+    return warmup, min_repeats, max_repeats
 
-    if device.startswith("cuda"):
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize(device)
-        events = []
-        spent = 0.0
-        wall0 = time.perf_counter()
-        while len(events) < min_repeats or (
-            spent < min_run_time and len(events) < max_repeats
-        ):  # fmt: skip
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events.append((start, end))
-            # bound the queue; the events still time the device
-            if len(events) % 8 == 0:
-                end.synchronize()
-            spent = time.perf_counter() - wall0
-        torch.cuda.synchronize(device)
-        seconds = [s.elapsed_time(e) / 1e3 for s, e in events]
-        return Measurement.from_times(seconds)
 
+def time_cpu(
+    fn: Callable[[], Any],
+    threads: int,
+    warmup: int,
+    min_repeats: int,
+    max_repeats: int,
+    min_run_time: float,
+) -> Measurement:
+    """``time_fn`` on a CPU, unchecked: ``torch.utils.benchmark.Timer`` on
+    ``threads`` threads, each sample grouping enough calls to last about a
+    millisecond.
+
+    The book shows this in "Rooflines: measuring compute-bound and
+    memory-bound".
+    """
     from torch.utils.benchmark import Timer
 
-    threads = torch.get_num_threads() if num_threads is None else num_threads
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(
-            f"num_threads: expected an int >= 1, got {num_threads!r}"
-        )  # fmt: skip
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     estimate = math.inf
     for _ in range(max(warmup, 1)):
@@ -198,6 +197,35 @@ def time_fn(
         times.append(per_call)
         spent += per_call * number
     return Measurement.from_times(times, number)
+
+
+def time_cuda(
+    fn: Callable[[], Any],
+    device: str,
+    warmup: int,
+    min_repeats: int,
+    max_repeats: int,
+    min_run_time: float,
+) -> Measurement:
+    """``time_fn`` on CUDA, unchecked: CUDA events around every call, one synchronisation at the
+    end (the queue bounded every 8 calls)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(device)
+    events, spent, wall0 = [], 0.0, time.perf_counter()
+    while len(events) < min_repeats or (spent < min_run_time and len(events) < max_repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        events.append((start, end))
+        if len(events) % 8 == 0:  # bound the queue; the events still time the device
+            end.synchronize()
+        spent = time.perf_counter() - wall0
+    torch.cuda.synchronize(device)
+    return Measurement.from_times([s.elapsed_time(e) / 1e3 for s, e in events])
 
 
 # ---------------------------------------------------------------- describing the machine

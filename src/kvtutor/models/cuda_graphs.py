@@ -57,6 +57,7 @@ __all__ = [
     "compile_decode",
     "bucket_step",
     "step_ids",
+    "warm_up",
     "capture_graph",
     "DecodingModel",
 ]
@@ -179,6 +180,19 @@ def compile_decode(
     return step
 
 
+def warm_up(fixed: Step, cache: TorchPreallocatedKVCache, n_keys: int, ids_B: torch.Tensor) -> None:
+    """Run ``fixed`` three times on a side stream, as a capture needs (and a compilation), then
+    put back the key and value slots those runs wrote at each row's next position."""
+    saved = cache.save_slots(cache.fixed_plan(n_keys))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fixed(ids_B)
+    torch.cuda.current_stream().wait_stream(stream)
+    cache.restore_slots(saved)
+
+
 def capture_graph(
     model: DecodingModel,
     cache: TorchPreallocatedKVCache,
@@ -191,29 +205,22 @@ def capture_graph(
 
     The book shows this in "Decode on a GPU".
     """
-    static_ids = torch.zeros(cache.batch_size, dtype=torch.long, device=model.device)
+    static_ids = torch.zeros(
+        cache.batch_size, dtype=torch.long, device=model.device
+    )  # fmt: skip
     with torch.inference_mode(), torch.cuda.device(model.device):
-        # warm-up runs (and compilation) write K/V at each row's next
-        # slot: save those slots, restore
-        saved = cache.save_slots(cache.fixed_plan(n_keys))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fixed(static_ids)
-        torch.cuda.current_stream().wait_stream(stream)
-        cache.restore_slots(saved)
+        warm_up(fixed, cache, n_keys, static_ids)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_logits, plan = fixed(static_ids)
-        plan.written = [False] * len(plan.written)  # recorded, not run: each replay writes
+        plan.written = [False] * cache.n_layers  # recorded, not run
         torch.cuda.synchronize()
 
     def replay(ids_B: torch.Tensor) -> tuple[torch.Tensor, Plan]:
         cache.check_fixed(n_keys)
         static_ids.copy_(ids_B, non_blocking=True)
         graph.replay()
-        plan.replayed()
+        plan.replayed()  # every layer written again
         return static_logits, plan
 
     # keep the graph (and its memory pool) alive with the callable

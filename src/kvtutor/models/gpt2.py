@@ -155,7 +155,7 @@ def attention(
     )  # fmt: skip
     record(trace, q_HTK=q_HTK, k_HSK=k_HSK, v_HSK=v_HSK)
     if core is None:
-        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, mask_TS, trace)
+        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, mask_TS)
     else:  # a variant of the core (the book's wrong ones)
         o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
     out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)

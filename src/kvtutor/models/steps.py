@@ -143,11 +143,11 @@ def attention_core(
     q_HTK: np.ndarray,
     k_HSK: np.ndarray,
     v_HSK: np.ndarray,
-    mask_TS: np.ndarray | None = None,
     trace: dict[str, np.ndarray] | None = None,
+    mask_TS: np.ndarray | None = None,
 ) -> np.ndarray:
-    """[H,T,K], [Hkv,S,K], [Hkv,S,K], [T,S] or None -> [H,T,K]: each of the
-    T new queries attends to the keys the mask lets it see.
+    """[H,T,K], [Hkv,S,K], [Hkv,S,K] -> [H,T,K]: each of the T new queries
+    attends to the keys the mask ([T,S] bool) lets it see.
 
     Scores, mask, softmax, weighted sum of values; each of the Hkv key/value
     heads serves H/Hkv query heads. Every family shares it. The mask is the

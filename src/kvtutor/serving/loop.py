@@ -53,6 +53,7 @@ __all__ = [
     "serve_static",
     "run_serving",
     "serve_step",
+    "leave",
     "run_chunks",
     "take_chunks",
     "check_budget",
@@ -142,9 +143,7 @@ def serve_step(
     max_step_tokens: int | None,
 ) -> StepRecord:
     """One scheduler step: join, prefill, decode, leave -> its StepRecord.
-
-    The book shows this in "Continuous batching".
-    """
+    The book shows this in "Continuous batching"."""
     start = time.perf_counter()
     # (1) join: arrived requests take free slots (static: only an empty batch)
     if policy == "continuous" or not running:
@@ -165,6 +164,14 @@ def serve_step(
         for s, token in zip(decoding, next_tokens, strict=True):
             running[s].tokens.append(token)
     # (4) leave: finished requests free their slots (static: all at once)
+    held, seconds = leave(running, step, policy), time.perf_counter() - start
+    n_decoded = len(decoding)
+    return StepRecord(step, n_first, n_decoded, held, seconds, work, contexts)
+
+
+def leave(running: dict[int, RequestRecord], step: int, policy: str) -> int:
+    """Step (4) of ``serve_step``: finished requests free their slots, every step (continuous)
+    or all at once when the whole batch is done (static). Returns how many slots the step held."""
     held, done = len(running), [s for s, r in running.items() if r.done]
     for s in done:
         if running[s].finish_step < 0:  # static: done earlier, still held
@@ -172,8 +179,7 @@ def serve_step(
     if policy == "continuous" or len(done) == held:
         for s in done:
             del running[s]
-    seconds, decoded = time.perf_counter() - start, len(decoding)
-    return StepRecord(step, n_first, decoded, held, seconds, work, contexts)
+    return held
 
 
 def run_chunks(

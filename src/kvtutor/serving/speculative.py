@@ -478,27 +478,24 @@ def speculative_loop(
     cache: Any,
 ) -> SpeculativeResult:
     """prompt [T] -> SpeculativeResult: draft k tokens, verify them in one
-    target pass, keep the longest agreeing prefix, roll the cache back.
-
-    Between rounds the target's cache holds every token but the last one.
+    target pass, keep the longest agreeing prefix, roll the cache back
+    (between rounds it holds every token but the last one).
 
     The book shows this in "Speculative decoding".
     """
     result = SpeculativeResult([], k)
     seq = list(prompt)
+    if len(prompt) > 1:  # prefill; the last prompt token opens the first round
+        forward_one(target, prompt[:-1], cache)
     while len(result.tokens) < max_new_tokens:
         k_round = min(k, max_new_tokens - len(result.tokens) - 1)
         guesses, q_KV = draft.propose(seq, k_round, temperature, rng)
-        if not result.tokens and len(prompt) > 1:
-            # prefill; the last prompt token opens the first round
-            forward_one(target, prompt[:-1], cache)
         # one target pass over k + 1 query rows: the last token and the guesses
         logits_TV = forward_one(target, [seq[-1], *guesses], cache)
         p_TV = token_probs(logits_TV, temperature)
         kept, next_token = verify_draft(p_TV, q_KV, guesses, rng)
         new = [*guesses[:kept], next_token]
-        seq += new
-        result.tokens += new
+        seq, result.tokens = seq + new, result.tokens + new
         result.proposed.append(len(guesses))
         result.accepted.append(kept)
         # forget the K/V rows of the rejected guesses
