@@ -36,15 +36,17 @@ HF_CONFIGS = {
 }  # fmt: skip
 
 
-def make_hf(**kwargs):
+def make_hf(family: str = "Llama", **kwargs):
+    """transformers' ``{family}ForCausalLM`` (Llama, Qwen3) of a small config, seeded, its weights
+    moved further from the default init than it draws them."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
+    cfg = getattr(transformers, f"{family}Config")(
         vocab_size=61, max_position_embeddings=40, bos_token_id=None, eos_token_id=None, pad_token_id=None,
         attn_implementation="eager", **kwargs,
     )  # fmt: skip
     torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(cfg).eval()
+    hf = getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
     with torch.no_grad():  # larger weights than the default init, so that any difference would show
         for p in hf.parameters():
             p.add_(0.15 * torch.randn_like(p))

@@ -9,6 +9,7 @@ import inspect
 
 import numpy as np
 import pytest
+from test_llama import make_hf
 
 import kvtutor
 from kvtutor.models import qwen3, torch_qwen3
@@ -30,23 +31,9 @@ HF_CONFIGS = {
 }  # fmt: skip
 
 
-def make_hf(**kwargs):
-    cfg = transformers.Qwen3Config(
-        vocab_size=61, max_position_embeddings=40, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-        attn_implementation="eager", **kwargs,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    hf = transformers.Qwen3ForCausalLM(cfg).eval()
-    with torch.no_grad():  # larger weights than the default init, so that any difference would show
-        for p in hf.parameters():
-            p.add_(0.15 * torch.randn_like(p))
-    hf.tie_weights()
-    return hf
-
-
 @pytest.fixture(scope="module", params=sorted(HF_CONFIGS))
 def hf_and_ours(request):
-    hf = make_hf(**HF_CONFIGS[request.param])
+    hf = make_hf("Qwen3", **HF_CONFIGS[request.param])
     sd, cfg = hf.state_dict(), hf.config.to_dict()
     return hf, Qwen3Model.from_state_dict(sd, cfg), kvtutor.TorchQwen3Model.from_state_dict(sd, cfg, "cpu")
 

@@ -31,7 +31,7 @@ from ..validate import check_float_dtype, check_scale, check_seed
 from .gpt2_weights import weight_array
 from .hf_config import spec_from_dict
 from .numpy_base import NumpyDecoder
-from .steps import AttentionCore, attention_core, lm_head, merge_heads, record, split_heads, store_kv
+from .steps import attention_core, lm_head, merge_heads, record, split_heads, store_kv
 
 __all__ = [
     "LlamaConfig",
@@ -389,7 +389,6 @@ def attention(
     plan: Plan | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
-    core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D], [T] -> [T,D]: causal self-attention of T new tokens, queries and
     keys rotated by RoPE (after QK-norm, where the family has it).
@@ -413,10 +412,7 @@ def attention(
     )  # fmt: skip
     record(trace, k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK)
     record(trace, k_HSK=k_HSK, v_HSK=v_HSK)
-    if core is None:
-        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, mask_TS)
-    else:  # a variant of the core (the book's wrong ones)
-        o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
+    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, mask_TS)
     out_TD = merge_heads(o_HTK) @ layer.w_o
     record(trace, o_HTK=o_HTK, attn_out_TD=out_TD)
     return out_TD
@@ -431,12 +427,11 @@ def block(
     plan: Plan | None = None,
     layer_index: int = 0,
     trace: dict[str, np.ndarray] | None = None,
-    core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D], [T] -> [T,D]: x + attention(RMSNorm(x)), then x + SwiGLU(RMSNorm(x))."""
     eps = config.rms_norm_eps
     h_TD = rms_norm(x_TD, layer.attn_norm_D, eps)
-    x_TD = x_TD + attention(h_TD, layer, config, positions_T, cache, plan, layer_index, trace, core)
+    x_TD = x_TD + attention(h_TD, layer, config, positions_T, cache, plan, layer_index, trace)
     x_TD = x_TD + swiglu(rms_norm(x_TD, layer.mlp_norm_D, eps), layer)
     if trace is not None:
         trace["x_out_TD"] = x_TD
@@ -554,9 +549,12 @@ class LlamaModel(NumpyDecoder):
         return embed_tokens(ids_T, self.weights.wte_VD)
 
     def block(self, x_TD, layer_index, positions_T, cache, plan, trace=None, core=None):
-        """[T,D] -> [T,D]: block ``layer_index``, its q and k turned for ``positions_T``."""
+        """[T,D] -> [T,D]: block ``layer_index``, its q and k turned for ``positions_T``. A
+        replaced attention core (``core``: the book's wrong variants) is GPT-2's alone."""
+        if core is not None:
+            raise TypeError("core: expected None (a replaced attention core is GPT-2's), got a callable")
         layer = self.weights.layers[layer_index]
-        return block(x_TD, layer, self.config, positions_T, cache, plan, layer_index, trace, core)
+        return block(x_TD, layer, self.config, positions_T, cache, plan, layer_index, trace)
 
     def head(self, x_TD: np.ndarray) -> np.ndarray:
         """[T,D] -> [T,V]: the final RMSNorm, then the LM head (the embedding itself when tied)."""
