@@ -34,6 +34,7 @@ SECTIONS = [
 ]
 GOAL_IDS = {
     "cpu_decode_bandwidth",
+    "cpu_decode_read_rate",
     "generate_speedup_small",
     "generate_speedup_gpt2-small",
     "prefill_matmul",
@@ -112,6 +113,15 @@ def test_sections_hold_the_numbers(recorded):
     assert bw["ratio_to_gemv"] == pytest.approx(bw["products"]["ratio"] * bw["ratio_to_products"])
     assert bw["products"]["bytes_per_s"] == pytest.approx(bw["products"]["ratio"] * bw["gemv"]["bytes_per_s"])
     assert 0 < bw["ratio_to_products"] and all(x["products_bytes_per_s"] > 0 for x in bw["rounds"])
+    # the plain read rate (a sum over the GEMV's bytes), timed in the same rounds: the floor of both
+    assert bw["read"]["bytes"] == bw["gemv"]["matrix_bytes"] and bw["read"]["bytes_per_s"] > 0
+    assert bw["ratio_to_read"] == pytest.approx(bw["weight_bytes_per_s"] / bw["read"]["bytes_per_s"])
+    assert bw["gemv_to_read"] == pytest.approx(bw["gemv"]["bytes_per_s"] / bw["read"]["bytes_per_s"])
+    assert all(x["read_bytes_per_s"] > 0 for x in bw["rounds"])
+    tried = bw["read_attempts"]  # each way of reading the matrix, against the sum in the same run
+    assert tried["matrix_bytes"] == bw["gemv"]["matrix_bytes"] and tried["sum"] > 0
+    for name, ratio in tried["ratios_to_sum"].items():
+        assert ratio == pytest.approx(tried[name] / tried["sum"]) and tried[name] > 0
     pm = r["prefill_vs_matmul"]
     ratios = sorted(x["ratio"] for x in pm["rounds"])
     assert len(ratios) == tiny["repeats"] and pm["ratio"] == ratios[(len(ratios) - 1) // 2]

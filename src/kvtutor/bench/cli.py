@@ -37,6 +37,7 @@ from .experiments import (
     run_preallocated_vs_concat,
     run_prefill_sweep,
     run_prefill_vs_matmul,
+    run_read_attempts,
 )
 from .tables import sizes
 
@@ -127,6 +128,8 @@ def _bandwidth(r: _Run) -> dict[str, Any]:
     bw["ratio_to_probe_gemv"] = bw["weight_bytes_per_s"] / r.ceil["gemv_bandwidth"]
     bw.setdefault("ratio_to_gemv", bw["ratio_to_probe_gemv"])  # no GEMV timed beside it
     bw["ratio_to_copy"] = bw["weight_bytes_per_s"] / r.ceil["copy_bandwidth"]
+    if gemv_n is not None:  # a CPU: the ways of reading the GEMV's bytes, beside the floor
+        bw["read_attempts"] = run_read_attempts(gemv_n, r.mrt)
     return {"decode_bandwidth": bw}
 
 

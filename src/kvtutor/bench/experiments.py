@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..measure import costs, timing
@@ -137,7 +138,9 @@ def run_decode_bandwidth(
     seconds apart: on a shared machine the bandwidth itself drifts by several percent within a minute.
     ``ratio_to_gemv`` is then the median round's ratio, and ``time`` that round's time. Each round
     also times the step's mat-vec products alone, back to back (``products``), which splits the ratio
-    into ``products["ratio"]`` (the products against the GEMV) times ``ratio_to_products``.
+    into ``products["ratio"]`` (the products against the GEMV) times ``ratio_to_products``, and a
+    plain read of the GEMV's bytes (``read``, ``timing.read_probe``: a sum), the floor under both:
+    ``ratio_to_read`` is the step against it, ``gemv_to_read`` the GEMV.
     """
     check_repeats(repeats)
     cfg, device = model.config, device_of(model)
@@ -160,26 +163,68 @@ def run_decode_bandwidth(
     if gemv_n is None:
         m = timed(fn, device, min_run_time, repeats, warmup=2)
     else:
-        gemv = timing.gemv_probe(gemv_n, device, "float32" if device == "cpu" else model.dtype)
+        probe_dtype = "float32" if device == "cpu" else model.dtype
+        gemv = timing.gemv_probe(gemv_n, device, probe_dtype)
+        read = timing.read_probe(gemv_n * gemv_n * dtype_info(probe_dtype).nbytes, device, probe_dtype)
         products = weight_products(model, 1)
         rounds = []
         for _ in range(repeats):
             m = timed(fn, device, min_run_time, 3, warmup=2)
             p = timed(products, device, min_run_time, 3, warmup=2)
-            g = gemv(min_run_time)
-            rounds.append({"decode": m, "products": p, "gemv": g, "ratio": w / m.median_s / g["bytes_per_s"]})
+            g, r = gemv(min_run_time), read(min_run_time)
+            rounds.append({"decode": m, "products": p, "gemv": g, "read": r,
+                           "ratio": w / m.median_s / g["bytes_per_s"]})  # fmt: skip
         mid = median_round(rounds)
         m = mid["decode"]
-        out["gemv"] = mid["gemv"]
+        out["gemv"], out["read"] = mid["gemv"], mid["read"]
         out["ratio_to_gemv"] = mid["ratio"]
+        out["ratio_to_read"] = w / m.median_s / mid["read"]["bytes_per_s"]
+        out["gemv_to_read"] = mid["gemv"]["bytes_per_s"] / mid["read"]["bytes_per_s"]
         # the median round's ratio = (products / GEMV) x (decode step / products)
         out["products"] = products_dict(mid["products"], w, "bytes", mid["gemv"]["bytes_per_s"])
         out["ratio_to_products"] = mid["products"].median_s / m.median_s
         out["rounds"] = [{"weight_bytes_per_s": w / r["decode"].median_s,
                           "products_bytes_per_s": w / r["products"].median_s,
-                          "gemv_bytes_per_s": r["gemv"]["bytes_per_s"], "ratio": r["ratio"]}
+                          "gemv_bytes_per_s": r["gemv"]["bytes_per_s"],
+                          "read_bytes_per_s": r["read"]["bytes_per_s"], "ratio": r["ratio"]}
                          for r in rounds]  # fmt: skip
     out.update(time=m.as_dict(), weight_bytes_per_s=w / m.median_s, bytes_per_s=cost.bytes / m.median_s)
+    return out
+
+
+def run_read_attempts(n: int, min_run_time: float = 0.2) -> dict[str, Any]:
+    """CPU: the ways a batch-1 decode step could read an [n, n] float32 matrix once, each in bytes/s
+    in the same run: a plain sum (the floor), ``torch.mv`` on torch's threads (what a step does),
+    the same product as row blocks, one block per thread and each block's BLAS call on one thread
+    (Python threads: BLAS releases the GIL), one row through ``torch.mm``, and bf16 weights (half
+    the bytes, counted as read). ``ratios_to_sum`` holds each against the floor."""
+    import torch
+
+    a_NN, x_N, y_N, s = torch.randn(n, n), torch.randn(n), torch.empty(n), torch.empty(())
+    threads = torch.get_num_threads()
+    blocks = list(zip(a_NN.chunk(threads), y_N.chunk(threads), strict=True))
+    a16_NN, x16_N = a_NN.to(torch.bfloat16), x_N.to(torch.bfloat16)
+    nbytes = a_NN.numel() * a_NN.element_size()
+
+    def rate(fn: Any, n_bytes: int = nbytes, num_threads: int = threads) -> float:
+        return (
+            n_bytes / timing.time_fn(fn, "cpu", min_run_time=min_run_time, num_threads=num_threads).median_s
+        )
+
+    out: dict[str, Any] = {"matrix_bytes": nbytes, "threads": threads}
+    out["sum"] = rate(lambda: torch.sum(a_NN.view(-1), 0, out=s))
+    out["mv"] = rate(lambda: torch.mv(a_NN, x_N, out=y_N))
+    out["mm_one_row"] = rate(lambda: torch.mm(x_N[None], a_NN.mT))
+    out["bf16_mv"] = rate(lambda: torch.mv(a16_NN, x16_N), nbytes // 2)
+    with ThreadPoolExecutor(threads) as pool:
+
+        def row_blocks() -> None:
+            for f in [pool.submit(torch.mv, a, x_N, out=y) for a, y in blocks]:
+                f.result()
+
+        out["mv_row_blocks"] = rate(row_blocks, num_threads=1)  # the Timer sets torch to 1 thread
+    names = ("mv", "mv_row_blocks", "mm_one_row", "bf16_mv")
+    out["ratios_to_sum"] = {k: out[k] / out["sum"] for k in names}
     return out
 
 

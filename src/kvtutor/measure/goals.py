@@ -57,6 +57,14 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
                 + (f", median of {len(bw['rounds'])} alternating rounds" if "rounds" in bw else "")
                 + _split_note(bw, "step"),
             ))  # fmt: skip
+            read = bw.get("read")
+            goals.append(_goal(
+                "cpu_decode_read_rate", "CPU fp32 batch-1 decode reads its weights at >= 0.85 of the "
+                "plain read rate (a sum over the GEMV's bytes, timed beside it)", bw.get("ratio_to_read"),
+                0.85, ok and read is not None,
+                f"read {read['bytes_per_s'] / 1e9:.1f} GB/s; the GEMV {bw['gemv_to_read']:.3f} of it"
+                if read else "not measured (a run before the read rate was recorded)",
+            ))  # fmt: skip
     gen = result.get("generate_vs_transformers", {})
     for key, target, shape in (("small", 2.5, (256, 4, 8192)), ("gpt2-small", 1.25, (768, 12, 50257))):
         g = gen.get(key)

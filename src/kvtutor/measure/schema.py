@@ -174,6 +174,10 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "ratio_to_gemv": Key(_NUM, "against a GEMV timed beside it (else the probe's)"),
         "ratio_to_probe_gemv": Key(_NUM, "against the probe's GEMV"),
         "ratio_to_copy": Key(_NUM, "against the probe's copy bandwidth"),
+        "read": _opt(_OBJ, "the median round's plain read (timing.read_probe)", keys={"bytes_per_s": _RATE}),
+        "ratio_to_read": _opt(_NUM, "weight bytes / step time against the plain read rate"),
+        "gemv_to_read": _opt(_NUM, "the GEMV's read rate against the plain read rate"),
+        "read_attempts": _opt(_OBJ, "bench.run_read_attempts: bytes/s of each way to read the matrix"),
     },
     "prefill_vs_matmul": {
         "config": _CONFIG,

@@ -25,6 +25,7 @@ __all__ = [
     "Measurement",
     "bench_size",
     "time_fn",
+    "read_probe",
     "time_cpu",
     "time_cuda",
     "hardware_info",
@@ -337,6 +338,34 @@ def gemv_probe(n: int, device: str = "cpu", dtype: Any = "float32") -> Callable[
         )
         return {"matrix_bytes": nbytes, "shape": [n, n], "dtype": dtype_info(dt).name, "time": m.as_dict(),
                 "bytes_per_s": nbytes / m.median_s}  # fmt: skip
+
+    return measure
+
+
+def read_probe(nbytes: int, device: str = "cpu", dtype: Any = "float32") -> Callable[..., dict[str, Any]]:
+    """Allocate ``nbytes`` of ``dtype`` once; return ``measure(min_run_time=0.2, num_threads=None)``,
+    which times ``torch.sum`` over them now: the plain read rate, every byte read once and only
+    added up (no product, no layout to get wrong), the floor a GEMV's and a decode step's read
+    rates are held against."""
+    import torch
+
+    device = _check_device(device)
+    dt = torch_dtype(dtype)
+    n = max(1, int(nbytes) // torch.empty((), dtype=dt).element_size())
+    a_N = torch.rand(n, device=device, dtype=torch.float32).to(dt)
+    out = torch.empty((), device=device, dtype=dt)
+    size = a_N.numel() * a_N.element_size()
+
+    def measure(min_run_time: float = 0.2, num_threads: int | None = None) -> dict[str, Any]:
+        m = time_fn(
+            lambda: torch.sum(a_N, 0, out=out), device, min_run_time=min_run_time, num_threads=num_threads
+        )
+        return {
+            "bytes": size,
+            "dtype": dtype_info(dt).name,
+            "time": m.as_dict(),
+            "bytes_per_s": size / m.median_s,
+        }
 
     return measure
 
