@@ -343,3 +343,18 @@ def test_the_graphed_step_of_every_torch_model_equals_its_decode_step(name):
         ids = [t, t + 1]
         torch.testing.assert_close(step(ids), model.decode_step(ids, ref), rtol=1e-9, atol=1e-9)
     assert cache.host_lengths == ref.host_lengths == [7, 6]
+
+
+@pytest.mark.parametrize("cache_kind", list(KEEP_ALL))
+@pytest.mark.parametrize("name", list(LOW))
+def test_speculative_decoding_and_serving_in_fp32_and_bf16_take_every_cache(name, cache_kind):
+    """In float32 and bf16 too, speculative decoding and serving through any cache that keeps every
+    position give the tokens they give through the model's own batched cache."""
+    model = LOW[name]
+    make, ref = KEEP_ALL[cache_kind], KEEP_ALL["new_cache"]
+    draft = layer_cut_draft(model, 1)
+    want = speculative_generate(model, draft, PROMPT, N_NEW, k=3, cache=ref(model, MAX_LEN))
+    assert speculative_generate(model, draft, PROMPT, N_NEW, k=3, cache=make(model, MAX_LEN)) == want
+    requests = [(0, PROMPT, 4), (1, [2, 7], 5)]
+    want = run_serving(model, requests, 2, new_cache=lambda m: ref(model, m)).outputs
+    assert run_serving(model, requests, 2, new_cache=lambda m: make(model, m)).outputs == want

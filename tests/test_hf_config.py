@@ -655,3 +655,21 @@ def test_family_head_dim_defaults():
 def test_aliases_that_disagree_are_refused(config, pattern):
     with pytest.raises(ValueError, match=pattern):
         spec_from_dict(config)
+
+
+@pytest.mark.parametrize(
+    ("name", "experts_key"),
+    [("mixtral-8x7b", "num_local_experts"), ("deepseek-v3", "n_routed_experts")],
+)
+def test_more_experts_per_token_than_experts_is_refused_by_the_configs_own_keys(name, experts_key):
+    """The message names what the user wrote (config['num_experts_per_tok'], and the experts
+    key of that family), not the package's field n_experts_per_token."""
+    config = json.loads(bundled_config_path(name).read_text(encoding="utf-8"))
+    n = config[experts_key]
+    config["num_experts_per_tok"] = n + 1
+    with pytest.raises(
+        ValueError, match=rf"^config\['num_experts_per_tok'\]: expected <= {experts_key}={n}, got {n + 1}$"
+    ):
+        spec_from_dict(config)
+    config["num_experts_per_tok"] = n  # every expert for every token: allowed
+    assert spec_from_dict(config).n_experts_per_token == n

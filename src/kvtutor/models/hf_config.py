@@ -283,7 +283,9 @@ def _moe_fields(r: _Reader, model_type: str, n_layers: int) -> dict[str, Any]:
         n = r.int("num_local_experts", 8)
         if n == 1:
             return {}
-        return {"n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok", 2)}
+        return _routed(
+            r, {"n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok", 2)}, "num_local_experts"
+        )
     if model_type in QWEN_MOE:
         alias = r.int("num_local_experts", 0, low=0)  # transformers' name for num_experts
         n = r.int("num_experts", alias, low=0)
@@ -295,11 +297,11 @@ def _moe_fields(r: _Reader, model_type: str, n_layers: int) -> dict[str, Any]:
         step = r.int("decoder_sparse_step", 1)
         n_dense = sum(1 for i in range(n_layers) if i in dense or (i + 1) % step)
         shared = r.int("shared_expert_intermediate_size", 0, low=0) if model_type == "qwen2_moe" else 0
-        return {
+        return _routed(r, {
             "n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok"),
             "d_ff_expert": r.int("moe_intermediate_size"), "n_dense_layers": n_dense,
             "d_ff_shared": shared, "shared_expert_gate": shared > 0,
-        }  # fmt: skip
+        }, "num_experts")  # fmt: skip
     if model_type in DEEPSEEK:
         n = r.int("n_routed_experts", 0, low=0)
         if n == 0:
@@ -307,12 +309,21 @@ def _moe_fields(r: _Reader, model_type: str, n_layers: int) -> dict[str, Any]:
         first, freq = r.int("first_k_dense_replace", 0, low=0), r.int("moe_layer_freq", 1)
         n_dense = sum(1 for i in range(n_layers) if not (i >= first and i % freq == 0))
         d_ff_expert = r.int("moe_intermediate_size")
-        return {
+        return _routed(r, {
             "n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok"),
             "d_ff_expert": d_ff_expert, "n_dense_layers": n_dense,
             "d_ff_shared": r.int("n_shared_experts", 0, low=0) * d_ff_expert,
-        }  # fmt: skip
+        }, "n_routed_experts")  # fmt: skip
     return {}
+
+
+def _routed(r: _Reader, fields: dict[str, Any], experts_key: str) -> dict[str, Any]:
+    """``fields``, if a token runs at most as many experts as there are, else a ValueError naming
+    the config's own keys (``num_experts_per_tok`` and ``experts_key``)."""
+    per_token, n = fields["n_experts_per_token"], fields["n_experts"]
+    if per_token > n:
+        raise ValueError(f"{r._label('num_experts_per_tok')}: expected <= {experts_key}={n}, got {per_token}")
+    return fields
 
 
 def _mla_fields(r: _Reader, n_heads: int) -> dict[str, Any]:
