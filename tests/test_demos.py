@@ -1,5 +1,5 @@
 """kvtutor.book.wrong and kvtutor.book.demos: the wrong variants really are wrong, the right ones
-match the model, and the baselines (no cache, the worked example's generate, counting caches) agree
+match the model, and the baselines (no cache, the generate pseudo-code, counting caches) agree
 with GPT2Model; kvtutor.plots.demos draws their figures."""
 
 from __future__ import annotations
@@ -290,35 +290,35 @@ def test_generation_without_cache_and_the_seeds_loop_give_the_models_tokens(toy_
     for model, prompt in ((toy_model, [1, 2, 3]), (gqa_model, [5, 1, 9, 2])):
         want = model.generate(prompt, 8)
         assert demos.generate_without_cache(model, prompt, 8) == want
-        assert demos.worked_example_generate(model, prompt, 8) == want
+        assert demos.pseudo_code_generate(model, prompt, 8) == want
         sampled = model.generate(prompt, 8, temperature=1.5, seed=4)
         assert demos.generate_without_cache(model, prompt, 8, temperature=1.5, seed=4) == sampled
-        assert demos.worked_example_generate(model, prompt, 8, temperature=1.5, seed=4) == sampled
-    assert demos.worked_example_generate(toy_model, [1, 2, 3], 0) == []
+        assert demos.pseudo_code_generate(model, prompt, 8, temperature=1.5, seed=4) == sampled
+    assert demos.pseudo_code_generate(toy_model, [1, 2, 3], 0) == []
     assert demos.generate_without_cache(toy_model, [1, 2, 3], 0) == []
 
 
 def test_the_toy_model_says_on_the_mat(toy_model):
     tok = kvtutor.load_toy_tokenizer()
-    new = demos.worked_example_generate(toy_model, tok.encode(kvtutor.TOY_PROMPT), 4)
+    new = demos.pseudo_code_generate(toy_model, tok.encode(kvtutor.TOY_PROMPT), 4)
     assert tok.decode(new) == "on the mat."
 
 
 def test_baseline_errors(toy_model):
     # 3 + 14 new tokens run 16 positions (the last new token is never fed back): they fit max_seq_len 16
     assert len(demos.generate_without_cache(toy_model, [1, 2, 3], 14)) == 14
-    assert demos.worked_example_generate(toy_model, [1, 2, 3], 14) == toy_model.generate([1, 2, 3], 14)
+    assert demos.pseudo_code_generate(toy_model, [1, 2, 3], 14) == toy_model.generate([1, 2, 3], 14)
     want = r"^max_new_tokens: prompt of 3 \+ 15 new tokens exceeds max_seq_len 16"
     with pytest.raises(ValueError, match=want):
         demos.generate_without_cache(toy_model, [1, 2, 3], 15)
     with pytest.raises(ValueError, match=want):
-        demos.worked_example_generate(toy_model, [1, 2, 3], 15)
+        demos.pseudo_code_generate(toy_model, [1, 2, 3], 15)
     with pytest.raises(ValueError, match=r"^prompt_ids: expected at least one token"):
-        demos.worked_example_generate(toy_model, [], 3)
+        demos.pseudo_code_generate(toy_model, [], 3)
     with pytest.raises(TypeError, match=r"^prompt_ids: expected a sequence of int token ids"):
         demos.generate_without_cache(toy_model, "The cat", 3)
     with pytest.raises(ValueError, match=r"^temperature: expected >= 0"):
-        demos.worked_example_generate(toy_model, [1], 3, temperature=-1.0)
+        demos.pseudo_code_generate(toy_model, [1], 3, temperature=-1.0)
 
 
 # ---------------------------------------------------------------- caches that count bytes

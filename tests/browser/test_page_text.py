@@ -39,12 +39,7 @@ MAX_LINES = 35
 # Package functions the book displays in full and that are over MAX_LINES lines: the functions to
 # shorten (src/kvtutor/models, caches and serving are the lead's), by the name of the function the
 # block shows and the page that shows it. Empty this as they are shortened.
-TO_SHORTEN = {
-    ("serve_step", "book/continuous_batching"),
-    ("capture_graph", "book/gpu_decode"),
-    ("speculative_loop", "book/speculative"),
-    ("time_fn", "book/rooflines"),
-}
+TO_SHORTEN: set[tuple[str, str]] = set()
 # Code highlighted as program output, not as code: stream and text outputs.
 OUTPUT_LANGUAGES = {"myst-ansi", "none", "default", "text"}
 UNSEEN = re.compile(

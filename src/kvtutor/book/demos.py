@@ -7,7 +7,7 @@
 - ``QCache``: a cache of query rows, which the model never needs (``wrong.forward_storing_queries``
   and ``wrong.forward_reading_cached_queries`` fill and read it);
 - ``generate_without_cache``: every step recomputes the whole sequence;
-- ``worked_example_generate``: the ``generate`` pseudo-code of the worked example, one of the
+- ``pseudo_code_generate``: the usual few lines of ``generate`` pseudo-code, one of the
   book's two source documents, written with the package's step functions (``post_attention`` is
   the rest of its block after attention);
 - ``CountingConcatKVCache``, ``CountingPreallocatedKVCache``, ``counting_cache``: caches that count
@@ -55,7 +55,7 @@ __all__ = [
     "QCache",
     "generate_without_cache",
     "post_attention",
-    "worked_example_generate",
+    "pseudo_code_generate",
     "CountingConcatKVCache",
     "CountingPreallocatedKVCache",
     "counting_cache",
@@ -133,7 +133,7 @@ class QCache:
         return sum(q.nbytes for q in self._q)
 
 
-# ---------------------------------------------------------------- baselines: no cache, the worked example
+# ---------------------------------------------------------------- baselines: no cache, the pseudo-code
 
 
 def generate_without_cache(
@@ -177,15 +177,15 @@ def post_attention(
     return x_TD + ffn(h_TD, layer)
 
 
-def worked_example_generate(
+def pseudo_code_generate(
     model: GPT2Model,
     prompt_ids: Any,
     max_new: int = 100,
     temperature: float = 0.0,
     seed: int | None = None,
 ) -> list[int]:
-    """prompt [T] -> the new ids [max_new]: the worked example's
-    ``generate``, line by line.
+    """prompt [T] -> the new ids [max_new]: the usual ``generate``
+    pseudo-code, line by line.
 
     One prefill over the prompt that keeps each layer's (K, V), then
     ``max_new`` decode steps that concatenate one row onto them. Same tokens

@@ -88,5 +88,5 @@ class GPT2Config:
         return self.vocab_size * d + self.max_seq_len * d + self.n_layers * per_layer + 2 * d
 
 
-#: The sizes of the worked example: D = 8, H = 2 heads of K = 4, two layers, a word vocabulary.
+#: The sizes of the toy model: D = 8, H = 2 heads of K = 4, two layers, a word vocabulary.
 TOY_CONFIG = GPT2Config(vocab_size=32, d_model=8, n_heads=2, n_layers=2, max_seq_len=16, d_ff=32)
