@@ -485,11 +485,11 @@ def speculative_loop(
     """
     result = SpeculativeResult([], k)
     seq = list(prompt)
-    if len(prompt) > 1:  # prefill; the last prompt token opens the first round
-        forward_one(target, prompt[:-1], cache)
     while len(result.tokens) < max_new_tokens:
         k_round = min(k, max_new_tokens - len(result.tokens) - 1)
         guesses, q_KV = draft.propose(seq, k_round, temperature, rng)
+        if not result.tokens and len(prompt) > 1:  # prefill all but the last
+            forward_one(target, prompt[:-1], cache)
         # one target pass over k + 1 query rows: the last token and the guesses
         logits_TV = forward_one(target, [seq[-1], *guesses], cache)
         p_TV = token_probs(logits_TV, temperature)
