@@ -578,7 +578,8 @@ def test_every_bad_config_file_gets_one_line_naming_the_file(tmp_path, capsys):
                        "config['layer_types'] in {path}: expected 'sliding_attention' or 'full_attention'"),
         "nested.json": (json.dumps({**LLAMA_JSON, "sliding_window": nested}), "characters)"),
         "experts.json": (json.dumps({**LLAMA_JSON, "model_type": "mixtral", "num_local_experts": 2,
-                                     "num_experts_per_tok": 4}), "(in {path})"),
+                                     "num_experts_per_tok": 4}),
+                         "config['num_experts_per_tok'] in {path}: expected <= num_local_experts=2, got 4"),
     }  # fmt: skip
     for name, (text, message) in files.items():
         path = _config_file(tmp_path, name, text)
