@@ -143,6 +143,7 @@ def serve_step(
     max_step_tokens: int | None,
 ) -> StepRecord:
     """One scheduler step: join, prefill, decode, leave -> its StepRecord.
+
     The book shows this in "Continuous batching"."""
     start = time.perf_counter()
     # (1) join: arrived requests take free slots (static: only an empty batch)
