@@ -55,7 +55,7 @@ $(STAMP): pyproject.toml constraints.txt
 	  if [ -e $(VENV) ]; then echo "$(VENV) has no $(notdir $@) (an install failed or was stopped): recreating it"; fi; \
 	  rm -rf $(VENV); echo "$(PYTHON) -m venv $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(call install_torch,$(BIN))
-	$(BIN)/pip install -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install --no-compile -c constraints.txt -e '.[dev]'
 	touch $@
 
 # $(call install_torch,BIN): torch into the venv of BIN from TORCH_INDEX when that answers, else
@@ -64,8 +64,8 @@ define install_torch
 	@if [ -n "$(TORCH_INDEX)" ] && $(1)/python -c 'import sys, urllib.request as u; \
 	      u.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()' '$(TORCH_INDEX)' 2>/dev/null; \
 	then \
-	  echo "$(1)/pip install -c constraints.txt --extra-index-url $(TORCH_INDEX) torch"; \
-	  $(1)/pip install -c constraints.txt --extra-index-url '$(TORCH_INDEX)' torch; \
+	  echo "$(1)/pip install --no-compile -c constraints.txt --extra-index-url $(TORCH_INDEX) torch"; \
+	  $(1)/pip install --no-compile -c constraints.txt --extra-index-url '$(TORCH_INDEX)' torch; \
 	elif [ -n "$(TORCH_INDEX)" ]; then \
 	  echo "note: $(TORCH_INDEX) is unreachable: torch comes from pip's own sources" \
 	       "(on Linux, PyPI's torch is the CUDA build; see TORCH_INDEX in the Makefile)" >&2; \
@@ -79,7 +79,7 @@ $(READER)/.installed: pyproject.toml constraints.txt $(STAMP)
 	rm -rf $(READER)
 	$(PYTHON) -m venv $(READER)
 	$(call install_torch,$(READER)/bin)
-	$(READER)/bin/pip install --quiet -c constraints.txt '.[notebooks]' ipykernel nbclient
+	$(READER)/bin/pip install --quiet --no-compile -c constraints.txt '.[notebooks]' ipykernel nbclient
 	touch $@
 
 install: $(STAMP)  ## create .venv and install kvtutor[dev] with the pinned versions
@@ -153,7 +153,7 @@ chromium: $(STAMP) font  ## find Chromium or Chrome (as root with apt-get: insta
 	browser=$$($(PY) tests/browser/chromium.py); echo "browser: $$browser"
 
 browser: book chromium  ## open every chapter in headless Chromium and check it
-	$(BIN)/pytest tests/browser
+	$(BIN)/pytest -n $(JOBS) tests/browser
 
 # Every chapter alone, from a copy outside the repository, in the reader's environment above, on
 # a second CPU: NumPy, torch and BLAS on the SIMD kernels of a CPU one level below this one (AVX2

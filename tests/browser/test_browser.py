@@ -8,14 +8,15 @@ links to its counterpart in the other edition, and the console has no errors exc
 external resources, which are refused so that the check is the same offline as online (and
 no script of the page's own throws: every inline script is written once). On
 a Chinese page, its Chinese text is drawn by a font that has the characters, not as boxes
-("tofu"). A full-page screenshot of each page is saved to _build/screenshots/<page>.png
-(the Chinese ones under _build/screenshots/zh/).
+("tofu"). A page that fails is saved as a full-page screenshot in _build/screenshots/<page>.png
+(the Chinese ones under _build/screenshots/zh/); KVTUTOR_SCREENSHOTS=1 saves every page.
 """
 
 from __future__ import annotations
 
 import html.parser
 import importlib.util
+import os
 import sys
 import urllib.error
 import urllib.parse
@@ -264,6 +265,7 @@ def test_page(name: str, site: str, browser_context) -> None:
         if request.url.startswith(origin_prefix):
             problems.append(f"request failed: {request.url} ({request.failure})")
 
+    checked = False
     page = browser_context.new_page()
     page.route("**/*", on_route)
     page.on("console", on_console)
@@ -316,10 +318,14 @@ def test_page(name: str, site: str, browser_context) -> None:
         page.set_viewport_size({"width": 1280, "height": 900})
         problems += check_links(page.evaluate(LINKS), site)
         page.wait_for_load_state("networkidle")
+        checked = True
     finally:
+        # A full-page screenshot takes about as long as the checks: only for a page that failed
+        # (or raised), or for every page when asked.
         shot = SCREENSHOTS / f"{name}.png"
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(shot), full_page=True)
+        if problems or not checked or os.environ.get("KVTUTOR_SCREENSHOTS") == "1":
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shot), full_page=True)
         page.close()
 
     if external:
