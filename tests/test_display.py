@@ -15,6 +15,8 @@ from kvtutor.book import display
 
 
 def _package_functions_with_pragmas():
+    """Every package function whose source holds a tool's pragma or whose docstring names the
+    chapters that show it: what ``show_source`` must strip before the page shows it."""
     found = []
     for info in pkgutil.walk_packages(kvtutor.__path__, "kvtutor."):
         try:
@@ -23,7 +25,10 @@ def _package_functions_with_pragmas():
             continue
         for _, obj in inspect.getmembers(module, inspect.isfunction):
             lines = inspect.getsource(obj).splitlines()
-            if obj.__module__ == module.__name__ and any(display._PRAGMA.search(line) for line in lines):
+            tagged = "The book shows this in" in (obj.__doc__ or "")
+            if obj.__module__ == module.__name__ and (
+                tagged or any(display._PRAGMA.search(line) for line in lines)
+            ):
                 found.append(obj)
     return found
 
