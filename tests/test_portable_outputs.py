@@ -129,7 +129,9 @@ def test_glue_writes_what_myst_nb_glue_writes(display):
 
 
 # The same book computation under this CPU's kernels and under the second CPU's: a float32
-# forward pass of the toy model and a float32 product, as raw bits and as the book prints them.
+# forward pass of the toy model, a float32 product and attention weights over 1,000 keys (a
+# softmax: on an AMD CPU with AVX-512, MKL and OpenBLAS take their AVX2 paths anyway, so only
+# torch's own vectorised kernels change there), as raw bits and as the book prints them.
 BOOK_COMPUTATION = """
 import numpy as np, torch, kvtutor
 from kvtutor.book.display import setup_notebook
@@ -139,7 +141,9 @@ logits_TV = model.logits_without_cache(tok.encode("The cat sat on the mat"))
 rng = np.random.default_rng(0)
 a = rng.standard_normal((64, 64)).astype(np.float32)
 t = torch.from_numpy(a)
-results = {"logits": logits_TV, "numpy a @ a": a @ a, "torch a @ a": (t @ t).numpy()}
+scores_HS = torch.from_numpy(rng.standard_normal((4, 1000)).astype(np.float32))
+results = {"logits": logits_TV, "numpy a @ a": a @ a, "torch a @ a": (t @ t).numpy(),
+           "torch softmax": torch.softmax(scores_HS, -1).numpy() * 1000}
 print(repr({k: (v.tobytes().hex(), str(v[:2, :6])) for k, v in results.items()}))
 """
 
