@@ -6,6 +6,8 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -83,6 +85,32 @@ def test_setup_notebook_prints_arrays_within_the_text_width():
     display.setup_notebook()
     lines = str(np.arange(100.0) * 1.5).splitlines()
     assert len(lines) > 1 and max(map(len, lines)) <= kvtutor.text.TEXT_WIDTH
+
+
+SEEDED_LATER = """
+import sys
+from kvtutor.book.display import setup_notebook
+setup_notebook(SEED)
+assert "torch" not in sys.modules, "setup_notebook imported torch"
+import torch
+later = torch.rand(4).tolist()
+torch.manual_seed(SEED)
+print(later == torch.rand(4).tolist(), later == torch.rand(4).tolist())
+setup_notebook(SEED)  # torch imported: seeded at once, and no second hook is left behind
+again = torch.rand(4).tolist()
+torch.manual_seed(SEED)
+print(again == torch.rand(4).tolist(), sum(type(f).__name__ == "_SeedTorchOnImport" for f in sys.meta_path))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_setup_notebook_seeds_torch_when_a_chapter_first_imports_it(seed):
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-c", SEEDED_LATER.replace("SEED", str(seed))], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True", "0"]
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,12 @@ editions (``table``, ``markdown_table``: the English Markdown, and HTML with the
 from __future__ import annotations
 
 import html
+import importlib.abc
+import importlib.util
 import inspect
 import random
 import re
+import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,18 +46,45 @@ def setup_notebook(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed)
     np.set_printoptions(precision=3, suppress=True, linewidth=TEXT_WIDTH, floatmode="fixed")
-    try:
-        import torch
-    except ImportError:
-        pass
-    else:
-        torch.manual_seed(seed)
+    seed_torch_on_import(seed)
     try:
         import matplotlib as mpl
     except ImportError:
         return
     mpl.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (6.4, 3.6)})
     register_figure_formatter()
+
+
+class _SeedTorchOnImport(importlib.abc.MetaPathFinder):
+    """Seeds torch as its import ends: a chapter that never uses torch does not pay its 2 s import,
+    and one that does draws the same numbers as if ``torch.manual_seed`` had run at setup."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # one import, and the search below must not find this finder
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.loader is not None:
+            exec_module, seed = spec.loader.exec_module, self.seed
+
+            def exec_and_seed(module: Any) -> None:
+                exec_module(module)
+                module.manual_seed(seed)
+
+            spec.loader.exec_module = exec_and_seed  # type: ignore[method-assign]
+        return spec
+
+
+def seed_torch_on_import(seed: int) -> None:
+    """``torch.manual_seed(seed)`` now if torch is imported, else as soon as it is."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _SeedTorchOnImport)]
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+    elif importlib.util.find_spec("torch") is not None:
+        sys.meta_path.insert(0, _SeedTorchOnImport(seed))
 
 
 # myst-nb's glue format: a value glued with display=False is stored under these MIME types, which
