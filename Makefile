@@ -25,6 +25,10 @@ JOBS    ?= auto
 # Notebooks run the same way for nbval and `make notebooks`: inline figures (no MPLBACKEND), fixed
 # hashing, and single-threaded OpenBLAS (same summation order everywhere, no oversubscription).
 NBENV   := env -u MPLBACKEND PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1
+# The gate (nbval, standalone) runs each chapter's "on your machine" timing cells at the unit tests'
+# tiny sizes: the same code, whose outputs nbval ignores (they are timings), in seconds instead of
+# a minute. `make notebooks` runs them at the reader's sizes, and stores what they print.
+GATEENV := KVTUTOR_BENCH_SIZE=tiny
 # ... and the Chinese edition complete: a word of a figure or a printed table with no Chinese in
 # kvtutor/book/labels.py, or no CJK font to draw it, is an error (kvtutor.book.editions). A reader's
 # run (`make standalone`, Colab) is not strict: it draws what it cannot translate in English.
@@ -94,7 +98,7 @@ unit: $(STAMP)  ## unit, property and parity tests (everything but tests/browser
 # Run from inside book/ so that copies under _build/ can never be collected. A notebook's cells
 # share one kernel, so `--dist loadfile` keeps each notebook in one worker, in order.
 nbval: $(STAMP) font  ## re-run every chapter and compare with its stored outputs (strict nbval)
-	cd book && $(NBENV) $(STRICT_ZH) $(abspath $(BIN))/pytest --nbval --nbval-current-env \
+	cd book && $(NBENV) $(GATEENV) $(STRICT_ZH) $(abspath $(BIN))/pytest --nbval --nbval-current-env \
 	  --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -n $(JOBS) --dist loadfile .
 
 $(MATHJAX)/tex-mml-chtml.js: $(STAMP)
@@ -163,7 +167,7 @@ browser: book chromium  ## open every chapter in headless Chromium and check it
 CPU     ?= second
 standalone: $(READER)/.installed  ## run every chapter as in Colab (only kvtutor[notebooks]) on a second CPU's kernels, and compare its outputs
 	$(READER)/bin/pip install --quiet --no-deps --force-reinstall .  # this checkout's kvtutor, not a stale one
-	cd $(READER) && $(NBENV) JUPYTER_PREFER_ENV_PATH=1 bin/python $(abspath tools/run_standalone.py) \
+	cd $(READER) && $(NBENV) $(GATEENV) JUPYTER_PREFER_ENV_PATH=1 bin/python $(abspath tools/run_standalone.py) \
 	  --cpu $(CPU) --jobs $(JOBS) $(abspath $(wildcard book/*.ipynb))
 
 # The browser comes first, so that a machine without one learns it in seconds, not after nbval.
