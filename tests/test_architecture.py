@@ -93,8 +93,23 @@ def private_uses(path: Path) -> list[str]:
     return found
 
 
+#: Private names of other packages that have no public twin, each used in one place, with why.
+ALLOWED_PRIVATE = {
+    # oneDNN's matmul of one row (torch_weights.onednn_linear), which Inductor emits on CPUs
+    "src/kvtutor/models/torch_weights.py": "torch.ops.mkldnn._linear_pointwise",
+}
+
+
 def test_no_module_uses_another_modules_private_names():
-    found = [use for path in _modules() for use in private_uses(path)]
+    found = [
+        use
+        for path in _modules()
+        for use in private_uses(path)
+        if not (
+            str(path.relative_to(ROOT)) in ALLOWED_PRIVATE
+            and f": {ALLOWED_PRIVATE[str(path.relative_to(ROOT))]} (" in use
+        )
+    ]
     assert not found, "\n".join(found)
 
 

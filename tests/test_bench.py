@@ -122,6 +122,15 @@ def test_sections_hold_the_numbers(recorded):
     assert tried["matrix_bytes"] == bw["gemv"]["matrix_bytes"] and tried["sum"] > 0
     for name, ratio in tried["ratios_to_sum"].items():
         assert ratio == pytest.approx(tried[name] / tried["sum"]) and tried[name] > 0
+    # which product of one row this CPU's decode steps run, and the rates that chose it
+    from kvtutor.models import torch_weights
+
+    assert bw["one_row_product"] == tried["one_row_product"] == torch_weights.one_row_product()
+    assert set(bw["one_row_products"]) <= set(torch_weights.ONE_ROW_PRODUCTS)
+    assert bw["tokens_per_s"] == pytest.approx(1 / bw["time"]["median_s"])
+    assert bw["bf16"]["weight_bytes"] * 2 == bw["weight_bytes"] and bw["bf16"]["tokens_per_s"] > 0
+    if torch_weights.onednn_available():
+        assert {"onednn_one_row", "onednn_bf16_one_row"} <= set(tried["ratios_to_sum"])
     pm = r["prefill_vs_matmul"]
     ratios = sorted(x["ratio"] for x in pm["rounds"])
     assert len(ratios) == tiny["repeats"] and pm["ratio"] == ratios[(len(ratios) - 1) // 2]
@@ -274,25 +283,32 @@ def test_rewinding_the_cache_repeats_the_same_decode_step(one_thread):
         common.rewind(object(), 0)
 
 
-def test_weight_products_are_the_models_own_products():
+@pytest.mark.parametrize("product", ["blas", "onednn"])
+def test_weight_products_are_the_models_own_products(monkeypatch, product):
     """weight_products makes every weight product of one forward pass and no other operation (views
-    aside): one matrix call per weight matrix, logits of the right shape."""
-    pytest.importorskip("torch")
+    aside): one matrix call per weight matrix, logits of the right shape; one row goes through the
+    CPU's product of one row, as the model's decode step does."""
+    torch_weights = pytest.importorskip("kvtutor.models.torch_weights")
+    monkeypatch.setenv("KVTUTOR_DECODE_PRODUCT", product)
+    if torch_weights.one_row_product() != product:
+        pytest.skip("this torch build has no oneDNN matmul of one row")
     model = kvtutor.TorchGPT2Model.random(bench.MODELS["tiny"], device="cpu")
     n_matrices = 4 * model.config.n_layers + 1  # W_qkv, W_o, W_fc, W_proj per layer, the LM head
+    matrix = ("addmv", "mv", "addmm", "mm", "matmul", "_linear_pointwise")
     for n_rows in (1, 5):
         products = common.weight_products(model, n_rows)
         counts = timing.count_ops(products)
-        matrix_ops = {op: n for op, n in counts.items() if op in ("addmv", "mv", "addmm", "mm", "matmul")}
+        matrix_ops = {op: n for op, n in counts.items() if op in matrix}
         assert sum(matrix_ops.values()) == n_matrices, counts
         assert set(counts) - set(matrix_ops) <= {"_unsafe_view", "view", "reshape"}, counts
         assert products().shape == (1, n_rows, model.config.vocab_size)
-    # one row: the same calls as the model's own decode step, the mat-vec products of its vectors
+    # one row: the same calls as the model's own decode step, the products of its vectors
     cache = model.new_cache(1, 16)
     model.prefill([[1, 2, 3]], cache)
     step = timing.count_ops(lambda: model.decode_step([4], cache))
     one_row = timing.count_ops(common.weight_products(model, 1))
-    assert {op: step.get(op, 0) for op in one_row} == one_row == {"addmv": n_matrices - 1, "mv": 1}
+    want = {"addmv": n_matrices - 1, "mv": 1} if product == "blas" else {"_linear_pointwise": n_matrices}
+    assert {op: step.get(op, 0) for op in one_row} == one_row == want
 
 
 # ---------------------------------------------------------------- the GPU engine's goals, rehearsed on a CPU

@@ -20,7 +20,7 @@ from kvtutor import validate  # noqa: E402
 from kvtutor.caches.torch_kv import TorchPreallocatedKVCache  # noqa: E402
 from kvtutor.models import cuda_graphs as engine  # noqa: E402
 from kvtutor.models import gpt2 as npm  # noqa: E402
-from kvtutor.models import torch_gpt2  # noqa: E402
+from kvtutor.models import torch_gpt2, torch_weights  # noqa: E402
 from kvtutor.models import torch_mirror as mirror  # noqa: E402
 from kvtutor.models.gpt2 import causal_mask as np_causal_mask  # noqa: E402
 from kvtutor.models.gpt2_weights import GPT2Weights  # noqa: E402
@@ -95,17 +95,28 @@ def test_defaults_on_cpu(model):
     assert validate.default_device() == expected
 
 
-def test_weights_are_fused_and_stored_along_their_longer_side_on_a_cpu(model):
+def test_weights_are_fused_and_stored_for_the_cpus_product_of_one_row(model, monkeypatch):
     cfg = model.config
     ly = model.layers[0]
     kv = cfg.n_kv_heads * cfg.d_head
     assert ly.w_qkv.shape == (cfg.d_model, cfg.d_model + 2 * kv)
-    # on a CPU each [in, out] matrix is contiguous along its longer side: rows of length out when
-    # out >= in (qkv, fc, the square w_o), rows of length in otherwise (proj)
-    assert ly.w_qkv.is_contiguous() and ly.w_fc.is_contiguous() and ly.w_o.is_contiguous()
-    assert ly.w_proj.mT.is_contiguous() and not ly.w_proj.is_contiguous()
-    assert model.wte_VD.mT.is_contiguous()  # the LM head streams [D, V] rows of length V
-    assert model.row_major(4, 8) and not model.row_major(8, 4)
+    # BLAS's mat-vec: each [in, out] matrix contiguous along its longer side, rows of length out
+    # when out >= in (qkv, fc, the square w_o), rows of length in otherwise (proj); the LM head
+    # streams [D, V] rows of length V
+    monkeypatch.setenv("KVTUTOR_DECODE_PRODUCT", "blas")
+    blas_model = kvtutor.TorchGPT2Model.from_numpy(_models("gqa")[0], device="cpu")
+    blas = blas_model.layers[0]
+    assert blas.w_qkv.is_contiguous() and blas.w_fc.is_contiguous() and blas.w_o.is_contiguous()
+    assert blas.w_proj.mT.is_contiguous() and not blas.w_proj.is_contiguous()
+    assert blas_model.wte_VD.mT.is_contiguous()
+    assert blas_model.row_major(4, 8) and not blas_model.row_major(8, 4)
+    # oneDNN's matmul of one row: every matrix [out, in], as on a GPU (where it runs at all)
+    monkeypatch.setenv("KVTUTOR_DECODE_PRODUCT", "onednn")
+    if torch_weights.one_row_product() == "onednn":
+        onednn = kvtutor.TorchGPT2Model.from_numpy(_models("gqa")[0], device="cpu")
+        w = onednn.layers[0]
+        assert all(m.mT.is_contiguous() for m in (w.w_qkv, w.w_o, w.w_fc, w.w_proj))
+        assert onednn.wte_VD.is_contiguous() and not onednn.row_major(4, 8)
     assert (ly.w_q.shape, ly.w_k.shape, ly.w_v.shape) == ((16, 16), (16, kv), (16, kv))
     assert ly.w_k.untyped_storage().data_ptr() == ly.w_qkv.untyped_storage().data_ptr()  # views
     assert torch.equal(ly.w_k, ly.w_qkv[:, cfg.d_model : cfg.d_model + kv])

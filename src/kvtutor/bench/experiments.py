@@ -142,6 +142,8 @@ def run_decode_bandwidth(
     plain read of the GEMV's bytes (``read``, ``timing.read_probe``: a sum), the floor under both:
     ``ratio_to_read`` is the step against it, ``gemv_to_read`` the GEMV.
     """
+    from ..models.torch_weights import one_row_product
+
     check_repeats(repeats)
     cfg, device = model.config, device_of(model)
     cache = model.new_cache(1, capacity=context_len)
@@ -159,6 +161,7 @@ def run_decode_bandwidth(
     out: dict[str, Any] = {
         "config": config_dict(cfg), "dtype": dtype_info(model.dtype).name, "context_len": context_len,
         "fast_path": used_fast, "weight_bytes": w, "bytes": cost.bytes,
+        "one_row_product": one_row_product(model.dtype) if device == "cpu" else None,
     }  # fmt: skip
     if gemv_n is None:
         m = timed(fn, device, min_run_time, repeats, warmup=2)
@@ -194,11 +197,15 @@ def run_decode_bandwidth(
 
 def run_read_attempts(n: int, min_run_time: float = 0.2) -> dict[str, Any]:
     """CPU: the ways a batch-1 decode step could read an [n, n] float32 matrix once, each in bytes/s
-    in the same run: a plain sum (the floor), ``torch.mv`` on torch's threads (what a step does),
-    the same product as row blocks, one block per thread and each block's BLAS call on one thread
-    (Python threads: BLAS releases the GIL), one row through ``torch.mm``, and bf16 weights (half
-    the bytes, counted as read). ``ratios_to_sum`` holds each against the floor."""
+    in the same run: a plain sum (the floor), ``torch.mv`` on torch's threads (BLAS's mat-vec), the
+    same product as row blocks, one block per thread and each block's BLAS call on one thread
+    (Python threads: BLAS releases the GIL), one row through ``torch.mm``, bf16 weights (half the
+    bytes, counted as read), and oneDNN's matmul of one row in float32 and bf16
+    (``torch_weights.onednn_linear``, where this torch has it). ``ratios_to_sum`` holds each
+    against the floor; ``one_row_product`` is what this CPU's decode steps run."""
     import torch
+
+    from ..models import torch_weights
 
     a_NN, x_N, y_N, s = torch.randn(n, n), torch.randn(n), torch.empty(n), torch.empty(())
     threads = torch.get_num_threads()
@@ -223,8 +230,14 @@ def run_read_attempts(n: int, min_run_time: float = 0.2) -> dict[str, Any]:
                 f.result()
 
         out["mv_row_blocks"] = rate(row_blocks, num_threads=1)  # the Timer sets torch to 1 thread
-    names = ("mv", "mv_row_blocks", "mm_one_row", "bf16_mv")
+    names = ["mv", "mv_row_blocks", "mm_one_row", "bf16_mv"]
+    if torch_weights.onednn_available():
+        one_row = torch_weights.onednn_linear
+        out["onednn_one_row"] = rate(lambda: one_row(x_N, a_NN, None))
+        out["onednn_bf16_one_row"] = rate(lambda: one_row(x16_N, a16_NN, None), nbytes // 2)
+        names += ["onednn_one_row", "onednn_bf16_one_row"]
     out["ratios_to_sum"] = {k: out[k] / out["sum"] for k in names}
+    out["one_row_product"] = torch_weights.one_row_product(torch.float32)
     return out
 
 

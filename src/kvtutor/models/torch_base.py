@@ -101,8 +101,8 @@ class TorchDecoder:
 
     def row_major(self, n_in: int, n_out: int) -> bool:
         """Is an [in, out] matrix of this model stored as it is (else transposed)?
-        ``torch_weights.row_major`` on this model's device."""
-        return row_major(self.device, n_in, n_out)
+        ``torch_weights.row_major`` on this model's device and dtype."""
+        return row_major(self.device, n_in, n_out, self.dtype)
 
     def _run(
         self, ids_BT: torch.Tensor, cache: Any, plan: Plan | None, last_only: bool = False

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ..caches.protocol import Plan
 from ..caches.torch_kv import causal_mask, host_empty, ragged_causal_mask
 from ..validate import torch_compute_dtype, torch_device
+from .torch_weights import one_row_product, onednn_linear
 
 __all__ = [
     "as_rows",
@@ -66,16 +67,20 @@ def as_rows(x_BTD: torch.Tensor) -> torch.Tensor:
     return x_BTD.view(-1) if n_batch == 1 else x_BTD.view(n_batch, -1)
 
 
-def linear(x_BTE: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor) -> torch.Tensor:
+def linear(x_BTE: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor | None) -> torch.Tensor:
     """[B,T,E], [B,E] or [E], [O,E], [O] -> [B,T,O], [B,O] or [O]: x @ W + b for W = w_OE.T; a GEMM
-    for a batch, BLAS's matrix-vector product (``addmv``) for one row given as a vector (``as_rows``).
+    for a batch; for one row given as a vector (``as_rows``), the product of one row that streams
+    fastest on this CPU: BLAS's matrix-vector product (``addmv``) or oneDNN's matmul of one row
+    (``torch_weights.one_row_product``, measured once).
 
     ``w_OE`` is the [out, in] layout that ``F.linear`` and BLAS read, the layer's ``*_OE`` view of
     its [E, O] matrix (``TorchLayerWeights``): made once, so no step pays for a transposed view.
     """
-    if x_BTE.dim() == 1:
-        return torch.addmv(b_O, w_OE, x_BTE)
-    return F.linear(x_BTE, w_OE, b_O)
+    if x_BTE.dim() != 1:
+        return F.linear(x_BTE, w_OE, b_O)
+    if one_row_product(w_OE.dtype) == "onednn":
+        return onednn_linear(x_BTE, w_OE, b_O)
+    return torch.mv(w_OE, x_BTE) if b_O is None else torch.addmv(b_O, w_OE, x_BTE)
 
 
 def project_heads(
@@ -161,8 +166,8 @@ def attention_core(
 
 def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
     """[B,T,D], [V,D] -> [B,T,V]: logits, the token embedding used as the output matrix (tied)."""
-    if x_BTD.dim() == 1:  # one row (``as_rows``): BLAS's matrix-vector product
-        return torch.mv(wte_VD, x_BTD).view(1, 1, -1)
+    if x_BTD.dim() == 1:  # one row (``as_rows``): the product of one row, as every layer's
+        return linear(x_BTD, wte_VD, None).view(1, 1, -1)
     if x_BTD.dim() == 2:  # decode rows (``as_rows``)
         return F.linear(x_BTD, wte_VD).unsqueeze(1)
     if x_BTD.is_cuda:

@@ -7,7 +7,9 @@ device and dtype, and decides three things the same way for GPT-2, Llama and Qwe
 - **one arena on the CPU**: every tensor carved out of one buffer on 2 MiB pages where the OS
   allows (``WeightArena``; fewer TLB misses while decode streams them), each on its own cache line;
 - **the layout of each matrix**: an [in, out] matrix is stored as it is or transposed, whichever
-  the device's product reads best (``row_major``), and always used through an [in, out] view;
+  the device's product reads best (``row_major``), and always used through an [in, out] view; on a
+  CPU that product is the one a decode step runs its one row through, BLAS's mat-vec or oneDNN's
+  matmul of one row, whichever streams faster on this CPU (``one_row_product``, measured once);
 - **the LM head's rows** padded with zeros on CUDA to a multiple of 64 (GEMM tiles fit; the
   logits are sliced back to the vocabulary), the embedding being a view of the same rows when the
   family ties them.
@@ -15,6 +17,10 @@ device and dtype, and decides three things the same way for GPT-2, Llama and Qwe
 
 from __future__ import annotations
 
+import functools
+import os
+import statistics
+import time
 from typing import Any
 
 import numpy as np
@@ -22,7 +28,17 @@ import torch
 
 from ..caches.torch_kv import host_empty
 
-__all__ = ["VOCAB_MULTIPLE", "row_major", "WeightArena", "WeightPacker"]
+__all__ = [
+    "VOCAB_MULTIPLE",
+    "ONE_ROW_PRODUCTS",
+    "one_row_product",
+    "onednn_linear",
+    "onednn_available",
+    "measure_one_row_products",
+    "row_major",
+    "WeightArena",
+    "WeightPacker",
+]
 
 #: LM head rows are padded to a multiple of this, per device type
 VOCAB_MULTIPLE = {"cuda": 64}
@@ -30,21 +46,100 @@ VOCAB_MULTIPLE = {"cuda": 64}
 _ALIGN = 64  # bytes: each weight starts on a cache line
 
 
-def row_major(device: torch.device, n_in: int, n_out: int) -> bool:
+#: The products a CPU decode step can run its one row through: BLAS's matrix-vector product
+#: (``torch.addmv``) and oneDNN's matmul of one row (``torch.ops.mkldnn._linear_pointwise``).
+ONE_ROW_PRODUCTS = ("blas", "onednn")
+_ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
+_ENV = "KVTUTOR_DECODE_PRODUCT"
+
+
+def one_row_product(dtype: torch.dtype = torch.float32) -> str:
+    """The product a CPU decode step runs one row through, "blas" or "onednn", for weights in
+    ``dtype``. ``KVTUTOR_DECODE_PRODUCT=blas`` or ``onednn`` decides; unset (or ``auto``), the
+    faster of the two on this CPU, measured once per process and dtype
+    (``measure_one_row_products``). Weights oneDNN cannot multiply (float64, float16) and torch
+    builds without oneDNN always take BLAS's."""
+    env = os.environ.get(_ENV, "").strip().lower()
+    if env not in ("", "auto", *ONE_ROW_PRODUCTS):
+        raise ValueError(f"{_ENV}: expected one of {['auto', *ONE_ROW_PRODUCTS]}, got {env!r}")
+    if dtype not in _ONEDNN_DTYPES or not onednn_available():
+        return "blas"
+    return env if env in ONE_ROW_PRODUCTS else _faster_one_row_product(dtype)
+
+
+def onednn_linear(x_E: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor | None) -> torch.Tensor:
+    """[E], [O,E], [O] or None -> [O]: oneDNN's matmul of one row, the op Inductor emits for a
+    linear on a CPU (it has no public name: ``torch.ops.mkldnn._linear_pointwise``)."""
+    return torch.ops.mkldnn._linear_pointwise(x_E, w_OE, b_O, "none", [], "")
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """Can this torch multiply one row with oneDNN (``onednn_linear``)?"""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        w, x = torch.ones(4, 4), torch.ones(4)
+        return bool(torch.allclose(onednn_linear(x, w, None), w @ x))
+    except (AttributeError, RuntimeError):  # an older torch, or a build whose oneDNN lacks the op
+        return False
+
+
+@functools.cache
+def _faster_one_row_product(dtype: torch.dtype) -> str:
+    rates = measure_one_row_products(dtype)
+    return max(ONE_ROW_PRODUCTS, key=rates.__getitem__)
+
+
+def measure_one_row_products(
+    dtype: torch.dtype = torch.float32, n_bytes: int = 96 << 20, rounds: int = 5
+) -> dict[str, float]:
+    """Bytes/s of one row through each product on torch's threads, over [4096, 1024] matrices of
+    ``n_bytes`` in all (more than a last-level cache holds, as a decode step's weights are), each
+    in the layout ``row_major`` gives it: {"blas": ..., "onednn": ...}, the median of ``rounds``
+    alternating rounds (``{"blas": ...}`` alone where oneDNN cannot run)."""
+    n_out, n_in = 4096, 1024
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    n_mats = max(1, n_bytes // (n_out * n_in * itemsize))
+    x_E = torch.full((n_in,), 0.5, dtype=dtype)
+    bias_O = torch.zeros(n_out, dtype=dtype)
+    longer_side = [torch.full((n_in, n_out), 0.5, dtype=dtype).mT for _ in range(n_mats)]  # BLAS's
+    candidates = {"blas": lambda: [torch.addmv(bias_O, w, x_E) for w in longer_side]}
+    if dtype in _ONEDNN_DTYPES and onednn_available():
+        out_in = [w.contiguous() for w in longer_side]  # [out, in], as on a GPU
+        candidates["onednn"] = lambda: [onednn_linear(x_E, w, bias_O) for w in out_in]
+    seconds: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds + 1):  # the first round warms up
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - start)
+    size = n_mats * n_out * n_in * itemsize
+    return {name: size / statistics.median(s[1:]) for name, s in seconds.items()}
+
+
+def row_major(
+    device: torch.device,
+    n_in: int,
+    n_out: int,
+    dtype: torch.dtype = torch.float32,
+) -> bool:
     """Store an [in, out] matrix as it is ([in, out] contiguous, rows of
     length out)? Else it is stored transposed ([out, in] contiguous) and
     used through an [in, out] view.
 
     On a GPU: always transposed, the layout ``F.linear`` (cuBLAS) reads
-    natively. On a CPU, decode streams each matrix through BLAS's
-    matrix-vector product, whose speed depends on how long each contiguous
-    row is (on an AMD EPYC: about 8 GB/s at 1 KiB rows, 24 GB/s at 64 KiB),
-    so each matrix is laid out along its longer side.
+    natively. On a CPU a decode step streams each matrix through a product
+    of one row (``one_row_product``). BLAS's matrix-vector product is faster
+    the longer each contiguous row is (on an AMD EPYC: about 8 GB/s at 1 KiB
+    rows, 24 GB/s at 64 KiB), so for it each matrix lies along its longer
+    side; oneDNN's reads [out, in], as a GPU does.
 
     The book shows this in "Rooflines: measuring compute-bound and
     memory-bound".
     """
-    return device.type == "cpu" and n_out >= n_in
+    on_cpu = device.type == "cpu"
+    return on_cpu and n_out >= n_in and one_row_product(dtype) == "blas"
 
 
 def _itemsize(dtype: torch.dtype) -> int:
@@ -96,7 +191,7 @@ class WeightPacker:
         returned as an [E, sum O] view (fused projections: ``w_qkv``, ``w_gate_up``)."""
         tensors = [_tensor(p) for p in parts_EO]
         w_EO = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=1)
-        if row_major(self.device, *w_EO.shape):
+        if row_major(self.device, *w_EO.shape, self.dtype):
             return self.vec(w_EO)
         return self.vec(w_EO.mT).mT
 

@@ -1,0 +1,110 @@
+"""The product a CPU decode step runs its one row through: BLAS's mat-vec or oneDNN's matmul of
+one row, whichever streams faster on this CPU (``torch_weights.one_row_product``). Either one gives
+the same logits and tokens; each is the kernel that really runs; the layout follows the choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvtutor
+
+torch = pytest.importorskip("torch")
+
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from kvtutor.models import torch_mirror, torch_weights  # noqa: E402
+
+ENV = "KVTUTOR_DECODE_PRODUCT"
+onednn_only = pytest.mark.skipif(
+    not torch_weights.onednn_available(), reason="this torch build has no oneDNN matmul of one row"
+)
+PRODUCTS = ["blas", pytest.param("onednn", marks=onednn_only)]
+CONFIG = kvtutor.GPT2Config(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=32, n_kv_heads=2)
+LLAMA = kvtutor.LlamaConfig(
+    vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=48, max_seq_len=32
+)
+
+
+@pytest.mark.parametrize("value", ["cublas", "BLAS ", "1"])
+def test_a_wrong_setting_is_refused_by_name(monkeypatch, value):
+    monkeypatch.setenv(ENV, value)
+    if value.strip().lower() == "blas":
+        assert torch_weights.one_row_product() == "blas"  # case and spaces do not matter
+        return
+    with pytest.raises(ValueError, match=f"^{ENV}: expected one of \\['auto', 'blas', 'onednn'\\], got"):
+        torch_weights.one_row_product()
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_the_setting_decides_and_dtypes_onednn_cannot_multiply_take_blas(monkeypatch, product):
+    monkeypatch.setenv(ENV, product)
+    assert torch_weights.one_row_product(torch.float32) == product
+    assert torch_weights.one_row_product(torch.bfloat16) == product
+    assert torch_weights.one_row_product(torch.float64) == "blas"
+    assert torch_weights.one_row_product(torch.float16) == "blas"
+
+
+def test_unset_it_is_the_faster_one_as_measured(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    rates = torch_weights.measure_one_row_products(torch.float32, n_bytes=16 << 20, rounds=2)
+    assert set(rates) == ({"blas", "onednn"} if torch_weights.onednn_available() else {"blas"})
+    assert all(r > 0 for r in rates.values())
+    torch_weights._faster_one_row_product.cache_clear()
+    monkeypatch.setattr(torch_weights, "measure_one_row_products", lambda dtype: {"blas": 2.0, "onednn": 1.0})
+    assert torch_weights.one_row_product(torch.float32) == "blas"
+    torch_weights._faster_one_row_product.cache_clear()
+    monkeypatch.setattr(torch_weights, "measure_one_row_products", lambda dtype: {"blas": 1.0, "onednn": 2.0})
+    expect = "onednn" if torch_weights.onednn_available() else "blas"
+    assert torch_weights.one_row_product(torch.float32) == expect
+    torch_weights._faster_one_row_product.cache_clear()  # the next caller measures for itself
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_row_equals_the_batched_product(monkeypatch, product, dtype):
+    monkeypatch.setenv(ENV, product)
+    g = torch.Generator().manual_seed(0)
+    x_E, w_OE, b_O = (torch.randn(*s, generator=g).to(dtype) for s in ((96,), (80, 96), (80,)))
+    for w in (w_OE, w_OE.mT.contiguous().mT):  # [out, in] stored either way
+        want = torch.nn.functional.linear(x_E[None].double(), w.double(), b_O.double())[0]
+        tol = 1e-4 if dtype == torch.float32 else 0.5
+        for bias in (b_O, None):
+            got = torch_mirror.linear(x_E, w, bias)
+            assert got.shape == (80,) and got.dtype == dtype
+            assert (got.double() - (want if bias is not None else want - b_O.double())).abs().max() < tol
+
+
+def _kernels(model, cache, ids_B) -> set[str]:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model.decode_step(ids_B, cache)
+    return {e.key for e in prof.key_averages()}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_each_product_is_the_kernel_that_runs_and_both_give_the_same_answer(monkeypatch, family):
+    products = ["blas"] + (["onednn"] if torch_weights.onednn_available() else [])
+    steps, tokens = {}, {}
+    for product in products:
+        monkeypatch.setenv(ENV, product)
+        if family == "gpt2":
+            model = kvtutor.TorchGPT2Model.random(CONFIG, seed=3, device="cpu")
+            ours = {"blas": {"aten::addmv", "aten::mv"}, "onednn": {"mkldnn::_linear_pointwise"}}[product]
+        else:
+            model = kvtutor.TorchLlamaModel.random(LLAMA, seed=3, device="cpu")
+            ours = {"blas": {"aten::addmv"}, "onednn": {"mkldnn::_linear_pointwise"}}[product]
+        assert model.row_major(32, 96) == (product == "blas")
+        cache = model.new_cache(1, capacity=16)
+        prompt = torch.tensor([[5, 9, 2, 7]])
+        prefill_BTV = model.logits_without_cache(torch.tensor([[5, 9, 2, 7, 11]]))
+        model.prefill(prompt, cache)
+        kernels = _kernels(model, cache, torch.tensor([11]))
+        assert ours <= kernels, f"{product}: {sorted(k for k in kernels if 'mv' in k or 'linear' in k)}"
+        other = {"mkldnn::_linear_pointwise"} if product == "blas" else {"aten::addmv", "aten::mv"}
+        assert not other & kernels
+        cache.truncate(4)
+        steps[product] = model.decode_step(torch.tensor([11]), cache)
+        assert (steps[product] - prefill_BTV[:, -1]).abs().max() < 1e-4  # the step equals prefill
+        tokens[product] = model.generate(prompt, 8)
+    assert all(torch.equal(tokens["blas"], t) for t in tokens.values())
+    np.testing.assert_allclose(*(s.numpy() for s in steps.values()), atol=1e-4) if len(steps) == 2 else None
