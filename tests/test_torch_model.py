@@ -116,7 +116,7 @@ def test_weights_are_fused_and_stored_for_the_cpus_product_of_one_row(model, mon
         onednn = kvtutor.TorchGPT2Model.from_numpy(_models("gqa")[0], device="cpu")
         w = onednn.layers[0]
         assert all(m.mT.is_contiguous() for m in (w.w_qkv, w.w_o, w.w_fc, w.w_proj))
-        assert onednn.wte_VD.is_contiguous() and not onednn.row_major(4, 8)
+        assert onednn.wte_VD.mT.is_contiguous() and not onednn.row_major(4, 8)  # the head: [D, V]
     assert (ly.w_q.shape, ly.w_k.shape, ly.w_v.shape) == ((16, 16), (16, kv), (16, kv))
     assert ly.w_k.untyped_storage().data_ptr() == ly.w_qkv.untyped_storage().data_ptr()  # views
     assert torch.equal(ly.w_k, ly.w_qkv[:, cfg.d_model : cfg.d_model + kv])
