@@ -57,6 +57,17 @@ def test_unset_it_is_the_faster_one_as_measured(monkeypatch):
     monkeypatch.setattr(torch_weights, "measure_one_row_products", lambda dtype: {"blas": 1.0, "onednn": 2.0})
     expect = "onednn" if torch_weights.onednn_available() else "blas"
     assert torch_weights.one_row_product(torch.float32) == expect
+    # a small matrix takes BLAS's whatever was measured (oneDNN's call costs more than it saves),
+    # unless the setting names oneDNN for every matrix
+    small, large = torch_weights.ONEDNN_MIN_BYTES - 4, torch_weights.ONEDNN_MIN_BYTES
+    assert torch_weights.one_row_product(torch.float32, small) == "blas"
+    assert torch_weights.one_row_product(torch.float32, large) == expect
+    assert torch_weights.row_major(torch.device("cpu"), 512, 2047) and not torch_weights.row_major(
+        torch.device("cpu"), 2047, 512
+    )  # small: along the longer side
+    assert torch_weights.row_major(torch.device("cpu"), 1024, 1024) == (expect == "blas")
+    monkeypatch.setenv(ENV, "onednn")
+    assert torch_weights.one_row_product(torch.float32, small) == expect
     torch_weights._faster_one_row_product.cache_clear()  # the next caller measures for itself
 
 

@@ -31,6 +31,7 @@ from ..caches.torch_kv import host_empty
 __all__ = [
     "VOCAB_MULTIPLE",
     "ONE_ROW_PRODUCTS",
+    "ONEDNN_MIN_BYTES",
     "one_row_product",
     "onednn_linear",
     "onednn_available",
@@ -49,22 +50,29 @@ _ALIGN = 64  # bytes: each weight starts on a cache line
 #: The products a CPU decode step can run its one row through: BLAS's matrix-vector product
 #: (``torch.addmv``) and oneDNN's matmul of one row (``torch.ops.mkldnn._linear_pointwise``).
 ONE_ROW_PRODUCTS = ("blas", "onednn")
+#: Below this many bytes a matrix takes BLAS's mat-vec whichever product streams faster: oneDNN's
+#: call costs about 15 us more (on the AMD EPYC, equal at 2.3 MB, 14 against 21 us at 1 MB).
+ONEDNN_MIN_BYTES = 4 << 20
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 _ENV = "KVTUTOR_DECODE_PRODUCT"
 
 
-def one_row_product(dtype: torch.dtype = torch.float32) -> str:
-    """The product a CPU decode step runs one row through, "blas" or "onednn", for weights in
-    ``dtype``. ``KVTUTOR_DECODE_PRODUCT=blas`` or ``onednn`` decides; unset (or ``auto``), the
-    faster of the two on this CPU, measured once per process and dtype
-    (``measure_one_row_products``). Weights oneDNN cannot multiply (float64, float16) and torch
-    builds without oneDNN always take BLAS's."""
+def one_row_product(dtype: torch.dtype = torch.float32, n_bytes: int | None = None) -> str:
+    """The product a CPU decode step runs one row through a matrix of ``n_bytes`` (None: a
+    large one) in ``dtype``: "blas" or "onednn". Unset (or ``auto``), the faster of the two on
+    this CPU, measured once per process and dtype (``measure_one_row_products``), for matrices
+    of ``ONEDNN_MIN_BYTES`` and more; ``KVTUTOR_DECODE_PRODUCT=blas`` or ``onednn`` decides for
+    every matrix. Weights oneDNN cannot multiply (float64, float16) and torch builds without
+    oneDNN always take BLAS's."""
     env = os.environ.get(_ENV, "").strip().lower()
     if env not in ("", "auto", *ONE_ROW_PRODUCTS):
         raise ValueError(f"{_ENV}: expected one of {['auto', *ONE_ROW_PRODUCTS]}, got {env!r}")
     if dtype not in _ONEDNN_DTYPES or not onednn_available():
         return "blas"
-    return env if env in ONE_ROW_PRODUCTS else _faster_one_row_product(dtype)
+    if env in ONE_ROW_PRODUCTS:
+        return env
+    small = n_bytes is not None and n_bytes < ONEDNN_MIN_BYTES
+    return "blas" if small else _faster_one_row_product(dtype)
 
 
 def onednn_linear(x_E: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor | None) -> torch.Tensor:
@@ -138,8 +146,10 @@ def row_major(
     The book shows this in "Rooflines: measuring compute-bound and
     memory-bound".
     """
-    on_cpu = device.type == "cpu"
-    return on_cpu and n_out >= n_in and one_row_product(dtype) == "blas"
+    if device.type != "cpu" or n_out < n_in:
+        return False
+    n_bytes = n_in * n_out * _itemsize(dtype)
+    return one_row_product(dtype, n_bytes) == "blas"
 
 
 def _itemsize(dtype: torch.dtype) -> int:
