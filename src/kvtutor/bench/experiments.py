@@ -7,6 +7,7 @@ append both ways, and the cache against recomputation. ``engine`` holds the GPU 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -140,7 +141,8 @@ def run_decode_bandwidth(
     also times the step's mat-vec products alone, back to back (``products``), which splits the ratio
     into ``products["ratio"]`` (the products against the GEMV) times ``ratio_to_products``, and a
     plain read of the GEMV's bytes (``read``, ``timing.read_probe``: a sum), the floor under both:
-    ``ratio_to_read`` is the step against it, ``gemv_to_read`` the GEMV.
+    ``ratio_to_read`` is the step against it, ``gemv_to_read`` the GEMV, each the median of the
+    rounds' own ratios.
     """
     from ..models.torch_weights import one_row_product
 
@@ -181,16 +183,20 @@ def run_decode_bandwidth(
         m = mid["decode"]
         out["gemv"], out["read"] = mid["gemv"], mid["read"]
         out["ratio_to_gemv"] = mid["ratio"]
-        out["ratio_to_read"] = w / m.median_s / mid["read"]["bytes_per_s"]
-        out["gemv_to_read"] = mid["gemv"]["bytes_per_s"] / mid["read"]["bytes_per_s"]
+        # against the read rate, the median of each round's own ratio: the read rate of a shared
+        # machine moves between rounds more than the step's and the GEMV's do
+        to_read = [w / r["decode"].median_s / r["read"]["bytes_per_s"] for r in rounds]
+        gemv_to_read = [r["gemv"]["bytes_per_s"] / r["read"]["bytes_per_s"] for r in rounds]
+        out["ratio_to_read"] = statistics.median(to_read)
+        out["gemv_to_read"] = statistics.median(gemv_to_read)
         # the median round's ratio = (products / GEMV) x (decode step / products)
         out["products"] = products_dict(mid["products"], w, "bytes", mid["gemv"]["bytes_per_s"])
         out["ratio_to_products"] = mid["products"].median_s / m.median_s
         out["rounds"] = [{"weight_bytes_per_s": w / r["decode"].median_s,
                           "products_bytes_per_s": w / r["products"].median_s,
                           "gemv_bytes_per_s": r["gemv"]["bytes_per_s"],
-                          "read_bytes_per_s": r["read"]["bytes_per_s"], "ratio": r["ratio"]}
-                         for r in rounds]  # fmt: skip
+                          "read_bytes_per_s": r["read"]["bytes_per_s"], "ratio": r["ratio"],
+                          "ratio_to_read": x} for r, x in zip(rounds, to_read, strict=True)]  # fmt: skip
     out.update(time=m.as_dict(), weight_bytes_per_s=w / m.median_s, bytes_per_s=cost.bytes / m.median_s)
     return out
 
