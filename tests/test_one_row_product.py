@@ -66,8 +66,15 @@ def test_unset_it_is_the_faster_one_as_measured(monkeypatch):
         torch.device("cpu"), 2047, 512
     )  # small: along the longer side
     assert torch_weights.row_major(torch.device("cpu"), 1024, 1024) == (expect == "blas")
+    # a matrix stored the other way round (an LM head laid out for prefill) needs 16 times the bytes
+    rows_1m, rows_4m, rows_64m = (torch.empty(n, 1024) for n in (256, 1024, 16384))
+    assert not torch_weights.one_row_onednn(rows_1m)
+    assert torch_weights.one_row_onednn(rows_4m) == (expect == "onednn")
+    assert not torch_weights.one_row_onednn(rows_4m.T.contiguous().T)
+    assert torch_weights.one_row_onednn(rows_64m.T.contiguous().T) == (expect == "onednn")
     monkeypatch.setenv(ENV, "onednn")
     assert torch_weights.one_row_product(torch.float32, small) == expect
+    assert torch_weights.one_row_onednn(rows_1m.T.contiguous().T) == (expect == "onednn")
     torch_weights._faster_one_row_product.cache_clear()  # the next caller measures for itself
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ..caches.protocol import Plan
 from ..caches.torch_kv import causal_mask, host_empty, ragged_causal_mask
 from ..validate import torch_compute_dtype, torch_device
-from .torch_weights import one_row_product, onednn_linear
+from .torch_weights import one_row_onednn, onednn_linear
 
 __all__ = [
     "as_rows",
@@ -71,14 +71,15 @@ def linear(x_BTE: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor | None) ->
     """[B,T,E], [B,E] or [E], [O,E], [O] -> [B,T,O], [B,O] or [O]: x @ W + b for W = w_OE.T; a GEMM
     for a batch; for one row given as a vector (``as_rows``), the product of one row that streams
     fastest on this CPU: BLAS's matrix-vector product (``addmv``) or oneDNN's matmul of one row
-    (``torch_weights.one_row_product``, measured once; small matrices take BLAS's).
+    (``torch_weights.one_row_product``, measured once; small matrices take BLAS's:
+    ``one_row_onednn``).
 
     ``w_OE`` is the [out, in] layout that ``F.linear`` and BLAS read, the layer's ``*_OE`` view of
     its [E, O] matrix (``TorchLayerWeights``): made once, so no step pays for a transposed view.
     """
     if x_BTE.dim() != 1:
         return F.linear(x_BTE, w_OE, b_O)
-    if one_row_product(w_OE.dtype, w_OE.numel() * w_OE.element_size()) == "onednn":
+    if one_row_onednn(w_OE):
         return onednn_linear(x_BTE, w_OE, b_O)
     return torch.mv(w_OE, x_BTE) if b_O is None else torch.addmv(b_O, w_OE, x_BTE)
 
