@@ -28,6 +28,18 @@ def test_current_and_earlier_cpu_runs_load_with_their_hardware():
         recorded.cpu_bench("epyc")
 
 
+def test_the_read_rate_run_holds_the_three_floors_and_the_product_it_chose():
+    """The later AMD EPYC run: the decode step, its weight products, BLAS's GEMV and the plain read
+    rate in the same rounds; which product of one row it ran, and the rates that chose it."""
+    run = recorded.cpu_bench("epyc-2026-12-04")
+    assert run["hardware"]["cpu"] == "AMD EPYC" and run["date"].startswith("2026-12-04")
+    bw = run["decode_bandwidth"]
+    assert len(bw["rounds"]) == 5 and all(r["read_bytes_per_s"] > 0 for r in bw["rounds"])
+    assert bw["one_row_product"] in ("blas", "onednn")
+    assert bw["one_row_product"] == max(bw["one_row_products"], key=bw["one_row_products"].get)
+    assert {"prefill_vs_matmul", "generate_vs_transformers"} <= set(run)
+
+
 def test_the_ridge_batch_hand_check_on_the_xeon_recording():
     """ridge batch 29.96 at context 32 (GPT-2 small, fp32) from that run's own ceilings."""
     run = recorded.cpu_bench("xeon-2026-11-29")
@@ -57,7 +69,12 @@ def test_run_path_refuses_paths_outside_the_runs():
 
 def test_there_are_recorded_bench_files():
     names = {p.relative_to(RUNS).as_posix() for p in BENCH_FILES}
-    assert {"bench-cpu.json", "bench-cpu-xeon-2026-11-29.json", "h200-2026-11-30/bench-cuda.json"} <= names
+    assert {
+        "bench-cpu.json",
+        "bench-cpu-xeon-2026-11-29.json",
+        "bench-cpu-epyc-2026-12-04.json",
+        "h200-2026-11-30/bench-cuda.json",
+    } <= names
 
 
 @pytest.mark.parametrize("path", BENCH_FILES, ids=lambda p: p.relative_to(RUNS).as_posix())

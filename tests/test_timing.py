@@ -144,3 +144,18 @@ def test_dtypes_come_from_the_registry_and_the_load_average_is_public():
     assert m["dtype"] == "float32"  # an alias of validate.DTYPES, named canonically
     load = timing.load_average()
     assert load is None or (isinstance(load, float) and load >= 0)
+
+
+def test_hardware_info_names_the_cpus_vector_instructions(monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    info = timing.hardware_info("cpu")
+    assert set(info["cpu_flags"]) <= set(timing.VECTOR_FLAGS) and info["cpu_capability"]
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor : 0\nflags : fpu avx2 sse4_2 avx512f amx_int8 vmx\n", encoding="utf-8")
+    real_open = open
+    monkeypatch.setattr(
+        "builtins.open", lambda path, *a, **k: real_open(fake if path == "/proc/cpuinfo" else path, *a, **k)
+    )
+    assert timing.cpu_flags() == ["sse4_2", "avx2", "avx512f", "amx_int8"]  # VECTOR_FLAGS' order
+    monkeypatch.setattr("builtins.open", lambda *a, **k: (_ for _ in ()).throw(OSError("none")))
+    assert timing.cpu_flags() == []

@@ -98,12 +98,16 @@ def _bench(name: str) -> dict[str, Any] | None:
 
 
 #: earlier CPU recordings kept beside the current one (a CPU result holds only for its CPU)
-CPU_RUNS = {"xeon-2026-11-29": "bench-cpu-xeon-2026-11-29.json"}
+CPU_RUNS = {
+    "xeon-2026-11-29": "bench-cpu-xeon-2026-11-29.json",
+    # the decode step against the plain read rate, with the product of one row chosen at load time
+    "epyc-2026-12-04": "bench-cpu-epyc-2026-12-04.json",
+}
 
 
 def cpu_bench(which: str = "current") -> dict[str, Any]:
     """The recorded full-size CPU benchmark: ``"current"`` (``bench-cpu.json``, what ``make bench``
-    last recorded) or a name from ``CPU_RUNS`` (an earlier recording on another CPU)."""
+    last recorded) or a name from ``CPU_RUNS`` (a recording on another CPU, earlier or later)."""
     if not isinstance(which, str):
         raise TypeError(f"which: expected 'current' or one of {sorted(CPU_RUNS)}, got {type(which).__name__}")
     if which != "current" and which not in CPU_RUNS:

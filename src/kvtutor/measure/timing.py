@@ -24,6 +24,8 @@ from ..validate import dtype_info, torch_dtype
 __all__ = [
     "Measurement",
     "bench_size",
+    "VECTOR_FLAGS",
+    "cpu_flags",
     "time_fn",
     "read_probe",
     "time_cpu",
@@ -243,6 +245,26 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: The vector instructions a CPU's kernels dispatch on (Linux's names in /proc/cpuinfo)
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                "avx512_fp16", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")  # fmt: skip
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's vector instructions among ``VECTOR_FLAGS``, as /proc/cpuinfo lists them; on a
+    system without it, [] (torch's ``cpu_capability`` in ``hardware_info`` still says which
+    kernels run)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("flags", "features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [flag for flag in VECTOR_FLAGS if flag in have]
+    except OSError:
+        pass
+    return []
+
+
 def load_average() -> float | None:
     """The 1-minute load average (other work competing for the CPU), where the OS reports one,
     rounded to 0.01; None elsewhere."""
@@ -253,7 +275,8 @@ def load_average() -> float | None:
 
 
 def hardware_info(device: str = "cpu") -> dict[str, Any]:
-    """What this machine is: CPU model, cores, torch threads, GPU name and memory, OS, date."""
+    """What this machine is: CPU model and vector instructions (and the kernels torch runs on them),
+    cores, torch threads, GPU name and memory, OS, date."""
     import torch
 
     try:
@@ -262,6 +285,8 @@ def hardware_info(device: str = "cpu") -> dict[str, Any]:
         usable = os.cpu_count()
     info: dict[str, Any] = {
         "cpu": _cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),
         "cpu_usable": usable,
         "torch_threads": torch.get_num_threads(),
