@@ -423,3 +423,27 @@ def test_measure_agreement_checks_its_arguments(toy_model):
         measure_agreement(toy_model, [[1]], 2, key_mode="per_row")
     with pytest.raises(ValueError, match=r"^n_prompts: expected an int >= 1, got 0"):
         random_prompts(32, 0, 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_keys_back_in_float_after_a_truncate_keep_their_rounding_in_the_bounds(dtype):
+    """A truncate into a quantized key group returns its rows to float as dequantized values: they
+    carry that rounding, and again once the group refills, and error_bounds says so (it said 0)."""
+    rng = np.random.default_rng(0)
+    c = QuantizedKVCache(1, 2, 8, 3, dtype=dtype, group_size=2)
+    written = rng.standard_normal((2, 4, 3)) * np.array([1.0, 10.0, 0.1])
+    plan = c.plan(4)
+    c.update(0, written.astype(dtype), written.astype(dtype), plan)
+    c.advance(plan)
+    c.truncate(3)  # inside the second group: its first row goes back to float
+    keys, (k_bound, _) = c.keys(0), c.error_bounds(0)
+    assert (np.abs(keys - written[:, :3]) <= k_bound * (1 + 1e-5) + 1e-6).all()
+    assert (k_bound[:, 2] > 0).all()  # the float row carries its old group's rounding
+    more = rng.standard_normal((2, 1, 3))
+    plan = c.plan(1)
+    c.update(0, more.astype(dtype), more.astype(dtype), plan)
+    c.advance(plan)  # the group fills again: quantized anew, two roundings
+    want = np.concatenate([written[:, :3], more], axis=1)
+    keys, (k_bound, _) = c.keys(0), c.error_bounds(0)
+    assert (np.abs(keys - want) <= k_bound * (1 + 1e-5) + 1e-6).all()
+    assert (k_bound[:, 2:] >= c.k_carry_LHNK[0, :, 1, None]).all() and c.k_carry_LHNK[0, :, 1].max() > 0

@@ -84,6 +84,9 @@ class NumpyOps:
     def repeat(self, x: np.ndarray, n: int, axis: int) -> np.ndarray:
         return np.repeat(x, n, axis=axis)
 
+    def amax(self, x: np.ndarray, axis: int) -> np.ndarray:
+        return x.max(axis=axis)
+
     def itemsize(self, dtype: Any) -> int:
         return np.dtype(dtype).itemsize
 
@@ -135,6 +138,9 @@ class TorchOps:
 
     def repeat(self, x: Any, n: int, axis: int) -> Any:
         return x.repeat_interleave(n, dim=axis)
+
+    def amax(self, x: Any, axis: int) -> Any:
+        return x.amax(dim=axis)
 
     def itemsize(self, dtype: Any) -> int:
         return self.torch.empty((), dtype=dtype).element_size()

@@ -77,6 +77,8 @@ class QuantizedKVCache(OneSequenceCache):
     ``truncate`` to a length inside a quantized key group returns that group's surviving rows to
     the float residual as their dequantized values (the originals are gone); when the group fills
     again it is quantized anew, so those rows carry two roundings, each within its scale / 2.
+    ``error_bounds`` counts both: what each float row already carries (``_k_carry``) and, per
+    group and channel, what its rows carried into its quantization (``k_carry_LHNK``).
     """
 
     kind = "int8"
@@ -108,8 +110,11 @@ class QuantizedKVCache(OneSequenceCache):
             n_groups = self._capacity // self.group_size
             shape_LHNK = (self.n_layers, self.n_kv_heads, n_groups, self.d_head)
             self.k_scale_LHNK = ops.zeros(shape_LHNK, self.scale_dtype)
+            self.k_carry_LHNK = ops.zeros(shape_LHNK, self.scale_dtype)  # rounding carried in
         empty = ops.zeros((self.n_kv_heads, 0, self.d_head))
         self._k_float = [empty] * self.n_layers  # per layer [H, len - quantized, K]: the unfilled group
+        # per layer and float row, the rounding it already carries (a truncate into a group)
+        self._k_carry = [ops.zeros((self.n_kv_heads, 0, self.d_head), self.scale_dtype)] * self.n_layers
 
     @classmethod
     def for_model(
@@ -164,7 +169,9 @@ class QuantizedKVCache(OneSequenceCache):
             return ops.expand(self.k_scale_LHM[layer, :, :n, None] / 2, shape), v_HSK
         n_q, g = self.n_quantized_keys(n), self.group_size
         k_HSK = ops.zeros(shape, self.scale_dtype)
-        k_HSK[:, :n_q] = ops.repeat(self.k_scale_LHNK[layer, :, : n_q // g] / 2, g, axis=1)
+        group_HNK = self.k_scale_LHNK[layer, :, : n_q // g] / 2 + self.k_carry_LHNK[layer, :, : n_q // g]
+        k_HSK[:, :n_q] = ops.repeat(group_HNK, g, axis=1)
+        k_HSK[:, n_q:] = self._k_carry[layer]
         return k_HSK, v_HSK
 
     # ------------------------------------------------------------ writing
@@ -190,31 +197,45 @@ class QuantizedKVCache(OneSequenceCache):
             # the unfilled group's float rows, then the new ones: positions first .. end-1
             first, done = self.n_quantized_keys(start), self.n_quantized_keys(end)
             rows_HSK = ops.cat([self._k_float[layer], k_HTK], axis=1)
+            fresh = ops.zeros((self.n_kv_heads, plan.n_new, self.d_head), self.scale_dtype)
+            carry_HSK = ops.cat([self._k_carry[layer], fresh], axis=1)
             if done > first:  # groups that fill now: quantize each over its tokens, per channel
                 g, n_full = self.group_size, done - first
                 x_HNGK = rows_HSK[:, :n_full].reshape(self.n_kv_heads, n_full // g, g, self.d_head)
                 k_q, k_scale = ops.quantize(x_HNGK, 2)
                 self.k_q_LHMK[layer, :, first:done] = k_q.reshape(self.n_kv_heads, n_full, self.d_head)
                 self.k_scale_LHNK[layer, :, first // g : done // g] = k_scale[:, :, 0]
-            float_rows = rows_HSK[:, done - first :]
+                carried = carry_HSK[:, :n_full].reshape(self.n_kv_heads, n_full // g, g, self.d_head)
+                self.k_carry_LHNK[layer, :, first // g : done // g] = ops.amax(carried, 2)
+            float_rows = (rows_HSK[:, done - first :], carry_HSK[:, done - first :])
         plan.staged[layer] = float_rows  # the residual after this pass, committed by advance
-        k_HSK, v_HSK = self._read_keys(layer, end, float_rows), self._read_values(layer, end)
+        rows = float_rows if self.key_mode == "per_token" else float_rows[0]
+        k_HSK, v_HSK = self._read_keys(layer, end, rows), self._read_values(layer, end)
         return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
 
     def _commit(self, plan: Plan) -> None:
-        self._k_float = list(plan.staged)
+        if self.key_mode == "per_token":
+            self._k_float = list(plan.staged)
+        else:
+            self._k_float, self._k_carry = (list(x) for x in zip(*plan.staged, strict=True))
 
     def _truncate(self, length: int, row: int | None) -> None:
         first = self.n_quantized_keys(length)
         if self.key_mode == "per_channel" and first < self.n_quantized_keys(self.length):
-            # the cut falls in a quantized group: its rows before the cut go back to float
-            g = self.group_size
+            # the cut falls in a quantized group: its rows before the cut go back to float, each
+            # carrying the group's rounding (and what the group carried in)
+            g, ops = self.group_size, self.ops
+            k_float, k_carry = list(self._k_float), list(self._k_carry)
             for layer in range(self.n_layers):
                 q_HSK = self.k_q_LHMK[layer, :, first:length]
                 scale_H1K = self.k_scale_LHNK[layer, :, first // g, None, :]
-                self._k_float[layer] = self.ops.dequantize(q_HSK, scale_H1K)
+                k_float[layer] = ops.dequantize(q_HSK, scale_H1K)
+                carry_H1K = scale_H1K / 2 + self.k_carry_LHNK[layer, :, first // g, None, :]
+                k_carry[layer] = ops.expand(carry_H1K, tuple(q_HSK.shape))
+            self._k_float, self._k_carry = k_float, k_carry
         else:
             self._k_float = [rows[:, : length - first] for rows in self._k_float]
+            self._k_carry = [rows[:, : length - first] for rows in self._k_carry]
 
     # ------------------------------------------------------------ memory
     @property
