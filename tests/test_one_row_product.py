@@ -4,6 +4,8 @@ the same logits and tokens; each is the kernel that really runs; the layout foll
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -126,3 +128,28 @@ def test_each_product_is_the_kernel_that_runs_and_both_give_the_same_answer(monk
         tokens[product] = model.generate(prompt, 8)
     assert all(torch.equal(tokens["blas"], t) for t in tokens.values())
     np.testing.assert_allclose(*(s.numpy() for s in steps.values()), atol=1e-4) if len(steps) == 2 else None
+
+
+def test_under_torch_compile_the_compiler_picks(monkeypatch):
+    """Inductor lowers oneDNN's op only for frozen weights, so a compiled step takes the plain ops."""
+    monkeypatch.setenv(ENV, "onednn")
+    w = torch.empty(16384, 1024)
+    assert torch_weights.one_row_onednn(w) == torch_weights.onednn_available()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert not torch_weights.one_row_onednn(w)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KVTUTOR_TEST_COMPILE"),
+    reason="torch.compile on the CPU takes minutes: set KVTUTOR_TEST_COMPILE=1",
+)
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_a_compiled_one_row_step_equals_the_eager_one(monkeypatch, product):
+    monkeypatch.setenv(ENV, product)
+    model = kvtutor.TorchGPT2Model.random(CONFIG, seed=1, device="cpu")
+    compiled, eager = model.new_cache(1, 12), model.new_cache(1, 12)
+    for c in (compiled, eager):
+        model.prefill([[1, 2, 3]], c)
+    step = model.compile_decode(compiled, mode="compile")
+    for t in (4, 5, 6):
+        torch.testing.assert_close(step([t]).clone(), model.decode_step([t], eager), atol=1e-5, rtol=0)

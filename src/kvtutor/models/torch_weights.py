@@ -81,7 +81,10 @@ def one_row_onednn(w_OE: torch.Tensor) -> bool:
     ``one_row_product`` picks oneDNN for the matrix's bytes, and only then: as [out, in] rows (the
     layout oneDNN reads best) from ``ONEDNN_MIN_BYTES`` on, stored the other way (an LM head laid
     out for prefill) from 16 times that (on the AMD EPYC BLAS's mat-vec read an 8 MiB one faster,
-    22 against 18 GB/s; a 150 MiB one slower, 22 against 30)."""
+    22 against 18 GB/s; a 150 MiB one slower, 22 against 30). Under ``torch.compile``, never: the
+    compiler picks its own kernels."""
+    if torch.compiler.is_compiling():  # Inductor lowers the op for frozen weights only: its own pick
+        return False
     n_bytes = w_OE.numel() * w_OE.element_size()
     if not w_OE.is_contiguous():
         n_bytes //= 16
