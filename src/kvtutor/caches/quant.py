@@ -192,7 +192,7 @@ class QuantizedKVCache(OneSequenceCache):
             k_q, k_scale = ops.quantize(k_HTK, -1)
             self.k_q_LHMK[layer, :, start:end] = k_q
             self.k_scale_LHM[layer, :, start:end] = k_scale[..., 0]
-            float_rows = self._k_float[layer]
+            float_rows, carry_rows = self._k_float[layer], self._k_carry[layer]  # empty: none held
         else:
             # the unfilled group's float rows, then the new ones: positions first .. end-1
             first, done = self.n_quantized_keys(start), self.n_quantized_keys(end)
@@ -207,17 +207,13 @@ class QuantizedKVCache(OneSequenceCache):
                 self.k_scale_LHNK[layer, :, first // g : done // g] = k_scale[:, :, 0]
                 carried = carry_HSK[:, :n_full].reshape(self.n_kv_heads, n_full // g, g, self.d_head)
                 self.k_carry_LHNK[layer, :, first // g : done // g] = ops.amax(carried, 2)
-            float_rows = (rows_HSK[:, done - first :], carry_HSK[:, done - first :])
-        plan.staged[layer] = float_rows  # the residual after this pass, committed by advance
-        rows = float_rows if self.key_mode == "per_token" else float_rows[0]
-        k_HSK, v_HSK = self._read_keys(layer, end, rows), self._read_values(layer, end)
+            float_rows, carry_rows = rows_HSK[:, done - first :], carry_HSK[:, done - first :]
+        plan.staged[layer] = (float_rows, carry_rows)  # the residual after this pass, for advance
+        k_HSK, v_HSK = self._read_keys(layer, end, float_rows), self._read_values(layer, end)
         return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
 
     def _commit(self, plan: Plan) -> None:
-        if self.key_mode == "per_token":
-            self._k_float = list(plan.staged)
-        else:
-            self._k_float, self._k_carry = (list(x) for x in zip(*plan.staged, strict=True))
+        self._k_float, self._k_carry = (list(x) for x in zip(*plan.staged, strict=True))
 
     def _truncate(self, length: int, row: int | None) -> None:
         first = self.n_quantized_keys(length)
