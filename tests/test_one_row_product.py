@@ -52,10 +52,11 @@ def test_unset_it_is_the_faster_one_as_measured(monkeypatch):
     rates = torch_weights.measure_one_row_products(torch.float32, n_bytes=16 << 20, rounds=2)
     assert set(rates) == ({"blas", "onednn"} if torch_weights.onednn_available() else {"blas"})
     assert all(r > 0 for r in rates.values())
-    torch_weights._faster_one_row_product.cache_clear()
+    _forget()
     monkeypatch.setattr(torch_weights, "measure_one_row_products", lambda dtype: {"blas": 2.0, "onednn": 1.0})
     assert torch_weights.one_row_product(torch.float32) == "blas"
-    torch_weights._faster_one_row_product.cache_clear()
+    assert torch_weights.one_row_rates(torch.float32) == {"blas": 2.0, "onednn": 1.0}  # what chose
+    _forget()
     monkeypatch.setattr(torch_weights, "measure_one_row_products", lambda dtype: {"blas": 1.0, "onednn": 2.0})
     expect = "onednn" if torch_weights.onednn_available() else "blas"
     assert torch_weights.one_row_product(torch.float32) == expect
@@ -77,7 +78,13 @@ def test_unset_it_is_the_faster_one_as_measured(monkeypatch):
     monkeypatch.setenv(ENV, "onednn")
     assert torch_weights.one_row_product(torch.float32, small) == expect
     assert torch_weights.one_row_onednn(rows_1m.T.contiguous().T) == (expect == "onednn")
-    torch_weights._faster_one_row_product.cache_clear()  # the next caller measures for itself
+    _forget()  # the next caller measures for itself
+
+
+def _forget() -> None:
+    """Drop the measured rates and the choice made from them."""
+    torch_weights._faster_one_row_product.cache_clear()
+    torch_weights.one_row_rates.cache_clear()
 
 
 @pytest.mark.parametrize("product", PRODUCTS)

@@ -129,10 +129,10 @@ def _bandwidth(r: _Run) -> dict[str, Any]:
     bw.setdefault("ratio_to_gemv", bw["ratio_to_probe_gemv"])  # no GEMV timed beside it
     bw["ratio_to_copy"] = bw["weight_bytes_per_s"] / r.ceil["copy_bandwidth"]
     if gemv_n is not None:  # a CPU: the ways of reading the GEMV's bytes, beside the floor
-        from ..models.torch_weights import measure_one_row_products
+        from ..models.torch_weights import one_row_rates
 
         bw["read_attempts"] = run_read_attempts(gemv_n, r.mrt)
-        bw["one_row_products"] = measure_one_row_products(m.dtype)  # what chose one_row_product
+        bw["one_row_products"] = dict(one_row_rates(m.dtype))  # what chose one_row_product
         bw["tokens_per_s"] = 1 / bw["time"]["median_s"]
         # the same model with bf16 weights: half the bytes a token, at the read rate it reaches
         b16 = run_decode_bandwidth(r.model(r.sz["bandwidth_model"], "bfloat16"), bw["context_len"], r.mrt, 3)

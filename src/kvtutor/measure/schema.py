@@ -179,7 +179,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "gemv_to_read": _opt(_NUM, "the GEMV's read rate against the plain read rate"),
         "read_attempts": _opt(_OBJ, "bench.run_read_attempts: bytes/s of each way to read the matrix"),
         "one_row_product": _opt(_STR_NULL, "the CPU's product of one row: 'blas' or 'onednn' (null on CUDA)"),
-        "one_row_products": _opt(_OBJ, "measure_one_row_products: bytes/s of each, which chose"),
+        "one_row_products": _opt(_OBJ, "torch_weights.one_row_rates: bytes/s of each, which chose"),
         "tokens_per_s": _opt(_NUM, "1 / the step's median time"),
         "bf16": _opt(_OBJ, "the same step, bf16 weights, on the CPU", keys={"tokens_per_s": _RATE}),
     },

@@ -37,6 +37,7 @@ __all__ = [
     "onednn_linear",
     "onednn_available",
     "measure_one_row_products",
+    "one_row_rates",
     "row_major",
     "WeightArena",
     "WeightPacker",
@@ -61,7 +62,7 @@ _ENV = "KVTUTOR_DECODE_PRODUCT"
 def one_row_product(dtype: torch.dtype = torch.float32, n_bytes: int | None = None) -> str:
     """The product a CPU decode step runs one row through a matrix of ``n_bytes`` (None: a
     large one) in ``dtype``: "blas" or "onednn". Unset (or ``auto``), the faster of the two on
-    this CPU, measured once per process and dtype (``measure_one_row_products``), for matrices
+    this CPU, measured once per process and dtype (``one_row_rates``), for matrices
     of ``ONEDNN_MIN_BYTES`` and more; ``KVTUTOR_DECODE_PRODUCT=blas`` or ``onednn`` decides for
     every matrix. Weights oneDNN cannot multiply (float64, float16) and torch builds without
     oneDNN always take BLAS's."""
@@ -110,9 +111,16 @@ def onednn_available() -> bool:
 
 
 @functools.cache
-def _faster_one_row_product(dtype: torch.dtype) -> str:
-    rates = measure_one_row_products(dtype)
-    return max(ONE_ROW_PRODUCTS, key=rates.__getitem__)
+def one_row_rates(dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """The rates ``one_row_product`` chose by: ``measure_one_row_products``, once per process and
+    dtype. Read-only: every later choice reads the same dict."""
+    return measure_one_row_products(dtype)
+
+
+@functools.cache
+def _faster_one_row_product(dtype: torch.dtype) -> str:  # per call of every one-row product
+    rates = one_row_rates(dtype)
+    return max(rates, key=rates.__getitem__)
 
 
 def measure_one_row_products(
