@@ -274,6 +274,7 @@ def test_attention_is_gpt2s_attention_core_after_rope():
     GPT-2's attention runs too): the same numbers, bit for bit, as those steps by hand."""
     from kvtutor.models.gpt2 import attention_core, merge_heads, split_heads
     from kvtutor.models.llama import attention
+    from kvtutor.models.tracing import capture_layers
 
     cfg = LlamaConfig(vocab_size=11, d_model=16, n_heads=4, n_layers=1, max_seq_len=8, d_ff=20, n_kv_heads=2)
     layer = LlamaModel.random(cfg, seed=2).weights.layers[0]
@@ -283,8 +284,15 @@ def test_attention_is_gpt2s_attention_core_after_rope():
     k_HTK = apply_rope(split_heads(x_TD @ layer.w_k, 2), positions_T)
     v_HTK = split_heads(x_TD @ layer.w_v, 2)
     want_TD = merge_heads(attention_core(q_HTK, k_HTK, v_HTK)) @ layer.w_o
-    trace: dict = {}
-    np.testing.assert_array_equal(attention(x_TD, layer, cfg, positions_T, trace=trace), want_TD)
+    layers: list = []
+
+    def block(x_TD):  # a block for the trace to open its record on
+        return attention(x_TD, layer, cfg, positions_T)
+
+    with capture_layers(layers, block, (attention, attention_core)):
+        got_TD = block(x_TD)
+    np.testing.assert_array_equal(got_TD, want_TD)
+    (trace,) = layers
     assert trace["a_HTS"].shape == (4, 3, 3) and trace["scores_HTS"].shape == (4, 3, 3)
 
 

@@ -27,6 +27,7 @@ from kvtutor.models.gpt2 import (
     softmax,
     split_heads,
 )
+from kvtutor.models.tracing import capture_layers
 
 rng = np.random.default_rng(0)
 
@@ -129,8 +130,14 @@ def test_attention_core_is_causal_softmax_attention_per_query_head(n_heads, n_kv
     """Query t (at position S - T + t) mixes the value rows 0 .. S - T + t of its KV head."""
     q_HTK = rng.standard_normal((n_heads, n_new, 4))
     k_HSK, v_HSK = rng.standard_normal((2, n_kv_heads, n_keys, 4))
-    trace: dict = {}
-    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace=trace)
+    layers: list = []
+
+    def block(x_TD):  # a block for the trace to open its record on
+        return attention_core(q_HTK, k_HSK, v_HSK)
+
+    with capture_layers(layers, block, (attention_core,)):
+        o_HTK = block(np.zeros(1))
+    (trace,) = layers  # what the core computed, read off it as it returned
     assert o_HTK.shape == (n_heads, n_new, 4)
     group = n_heads // n_kv_heads
     for h in range(n_heads):

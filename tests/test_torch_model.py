@@ -895,10 +895,11 @@ def test_a_fixed_plan_is_checked_on_the_host_and_commits_only_what_was_written()
     assert cache.host_lengths == [4, 4] and cache.lengths.tolist() == [4, 4]
     with pytest.raises(ValueError, match=r"^plan: layers \[0, 1\] were not written under this plan"):
         cache.advance(plan)  # a second commit with no replay in between
-    plan.replayed()  # as if the graph ran again: the rows are full now
-    with pytest.raises(
-        ValueError, match=r"^plan: 1 new tokens after 4 cached ones exceed the cache capacity 4"
-    ):
+    full = r"^plan: 1 new tokens after 4 cached ones exceed the cache capacity 4"
+    with pytest.raises(ValueError, match=full):
+        plan.replayed()  # as if the graph ran again: the rows are full now, refused before
+    plan.written = [True] * cache.n_layers  # a replay that ran anyway: the commit refuses it too
+    with pytest.raises(ValueError, match=full):
         cache.advance(plan)
     assert cache.host_lengths == [4, 4] and cache.lengths.tolist() == [4, 4]
 

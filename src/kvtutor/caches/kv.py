@@ -18,10 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from ..validate import check_int
 from .backend import NumpyOps, TorchOps, is_torch_dtype, ops_for
-from .protocol import KVCacheBase, Plan, check_cache_args
+from .protocol import KVCacheBase, Plan, check_cache_args, check_mask
 
 __all__ = [
     "OneSequenceCache",
@@ -66,12 +67,12 @@ class OneSequenceCache(KVCacheBase):
         layer, k_new, v_new = super().check_update(layer, k_new, v_new, plan)
         return (layer, k_new[0], v_new[0]) if self.batched else (layer, k_new, v_new)
 
-    def answer(self, k_HSK: Any, v_HSK: Any, mask_TS: np.ndarray | None, layer: int, plan: Plan) -> Any:
-        """What ``update`` returns: the keys and values (with the batch axis of a torch model) and
-        the mask (None: causal), after recording that ``layer`` was written."""
-        self.mark_written(layer, plan)
+    def answer(self, k_HSK: Any, v_HSK: Any, mask_TS: np.ndarray | None, plan: Plan) -> Any:
+        """What ``update`` returns (``KVCacheBase.answer``), with the batch axis of a torch model:
+        keys and values [1, H, S, K], the mask [1, 1, T, S] on the device (None: causal)."""
         if not self.batched:
-            return k_HSK, v_HSK, mask_TS
+            return super().answer(k_HSK, v_HSK, mask_TS, plan)
+        check_mask(mask_TS, plan.n_new, k_HSK.shape[-2], self)
         mask = None if mask_TS is None else self.ops.mask(mask_TS)[None, None]  # (1, 1, T, S)
         return k_HSK[None], v_HSK[None], mask
 
@@ -116,12 +117,12 @@ class PreallocatedKVCache(OneSequenceCache):
 
         The book shows this in "Decode, step by step".
         """
-        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
         start, end = plan.start, plan.start + plan.n_new
         self.k_LHMK[layer, :, start:end] = k_HTK
         self.v_LHMK[layer, :, start:end] = v_HTK
-        k_HSK, v_HSK = self.k_LHMK[layer, :, :end], self.v_LHMK[layer, :, :end]
-        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
+        k_HSK = self.k_LHMK[layer, :, :end]  # a view of the buffer, no copy
+        v_HSK = self.v_LHMK[layer, :, :end]
+        return k_HSK, v_HSK, plan.mask
 
     @property
     def nbytes(self) -> int:
@@ -140,8 +141,8 @@ class ConcatKVCache(OneSequenceCache):
     ) -> None:  # fmt: skip
         self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
         empty = self.ops.zeros((self.n_kv_heads, 0, self.d_head))
-        self._k = [empty] * self.n_layers
-        self._v = [empty] * self.n_layers
+        self.keys_held = [empty] * self.n_layers
+        self.values_held = [empty] * self.n_layers
 
     @classmethod
     def for_model(cls, model: Any, capacity: int | None = None) -> Any:
@@ -150,7 +151,7 @@ class ConcatKVCache(OneSequenceCache):
         return cls(n_layers, n_kv_heads, capacity, d_head, dtype, device)
 
     def read(self, which: str, layer: int) -> Any:
-        return (self._k if which == "k" else self._v)[layer][:, : self.length]
+        return (self.keys_held if which == "k" else self.values_held)[layer][:, : self.length]
 
     def update(self, layer, k_HTK, v_HTK, plan):
         """[H,T,K] x2 -> [H,S,K] x2 and the mask: a new array = old ++ new
@@ -158,21 +159,22 @@ class ConcatKVCache(OneSequenceCache):
 
         The book shows this in "Decode, step by step".
         """
-        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
-        k_old, v_old = self._k[layer], self._v[layer]
-        k_HSK = self.ops.cat([k_old[:, : plan.start], self.ops.cast(k_HTK)], axis=1)
-        v_HSK = self.ops.cat([v_old[:, : plan.start], self.ops.cast(v_HTK)], axis=1)
-        self._k[layer], self._v[layer] = k_HSK, v_HSK
-        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
+        xp = array_namespace(k_HTK)  # NumPy, or torch for a torch model
+        k_old_HSK = self.keys_held[layer][:, : plan.start]
+        v_old_HSK = self.values_held[layer][:, : plan.start]
+        k_HSK = xp.concat([k_old_HSK, k_HTK], axis=1)  # a new array
+        v_HSK = xp.concat([v_old_HSK, v_HTK], axis=1)
+        self.keys_held[layer], self.values_held[layer] = k_HSK, v_HSK
+        return k_HSK, v_HSK, plan.mask
 
     def _truncate(self, length: int, row: int | None) -> None:
-        self._k = [k[:, :length] for k in self._k]  # what was cut off is released
-        self._v = [v[:, :length] for v in self._v]
+        self.keys_held = [k[:, :length] for k in self.keys_held]  # what was cut off is released
+        self.values_held = [v[:, :length] for v in self.values_held]
 
     @property
     def nbytes(self) -> int:
         """Bytes held: only what has been written so far."""
-        return sum(int(k[:, : self.length].nbytes) for k in self._k) * 2
+        return sum(int(k[:, : self.length].nbytes) for k in self.keys_held) * 2
 
 
 #: The kinds of cache ``new_cache(kind=...)`` makes, the same names for the NumPy and torch models.
@@ -214,7 +216,8 @@ def make_cache(
 def check_cache(cache: Any, model: Any, backend: str) -> KVCacheBase:
     """``cache`` if it is a cache (``KVCacheBase``) of ``model``'s layers, KV heads and head width,
     in ``backend`` ("numpy" or "torch") and, for torch, the model's dtype and device, numbering at
-    most ``max_seq_len`` positions; else a TypeError or ValueError naming ``cache`` and the cache."""
+    most ``max_seq_len`` positions, and holding no keys another model wrote (``check_writer``: the
+    cache is then bound to ``model``); else a TypeError or ValueError naming ``cache``."""
     name = type(cache).__name__
     if not isinstance(cache, KVCacheBase):
         raise TypeError(
@@ -243,6 +246,7 @@ def check_cache(cache: Any, model: Any, backend: str) -> KVCacheBase:
             f"cache: expected a capacity <= this model's max_seq_len {cfg.max_seq_len}, "
             f"got {cache.capacity} (make caches with model.new_cache() or for_model(model))"
         )
+    cache.check_writer(model)  # keys another model wrote are refused
     return cache
 
 

@@ -53,6 +53,12 @@ class BlockAllocator:
         self.free_list: list[int] = list(range(self.n_blocks - 1, -1, -1))
         self.refcount = [0] * self.n_blocks
 
+    def __copy__(self) -> Any:
+        raise TypeError(
+            f"copy: a shallow copy of a {type(self).__name__} would share its free list and counts "
+            "with the original; copy.deepcopy copies it whole"
+        )
+
     @property
     def n_free(self) -> int:
         return len(self.free_list)
@@ -168,6 +174,17 @@ class PagedKVPool:
         full = self.allocator.n_blocks * self.block_size
         self.max_seq_len = full if max_seq_len is None else check_int("max_seq_len", max_seq_len, 1)
         self.sequences: list[PagedKVCache] = []
+        self.writer_ref: Any = None  # the model whose keys the blocks hold (KVCacheBase.check_writer)
+
+    def __copy__(self) -> Any:
+        raise TypeError(
+            f"copy: a shallow copy of a {type(self).__name__} would share its blocks and sequences "
+            "with the original; copy.deepcopy(pool) copies it whole, pool.fork(seq) shares a sequence"
+        )
+
+    def holds_keys(self) -> bool:
+        """Does a sequence of this pool hold committed keys?"""
+        return any(seq.length for seq in self.sequences)
 
     @classmethod
     def for_model(cls, model: Any, n_blocks: int, block_size: int) -> PagedKVPool:
@@ -267,6 +284,14 @@ class PagedKVCache(OneSequenceCache):
     def block_size(self) -> int:
         return self.pool.block_size
 
+    def holds_keys(self) -> bool:
+        """Does the pool hold committed keys (of any of its sequences): one model writes a pool."""
+        return self.pool.holds_keys()
+
+    def writer_slot(self) -> Any:
+        """The pool: its blocks, shared between its sequences, hold one model's keys."""
+        return self.pool
+
     def n_blocks_needed(self, n_tokens: int) -> int:
         return math.ceil(n_tokens / self.pool.block_size)
 
@@ -341,7 +366,8 @@ class PagedKVCache(OneSequenceCache):
 
         The book shows this in "A paged KV cache".
         """
-        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
+        if plan.undo is None:  # what abort puts back
+            plan.undo = list(self.block_table)
         self.prepare(plan.n_new)  # layer 0 takes the blocks, the others find them
         pos, done, size = plan.start, 0, self.block_size
         while done < plan.n_new:
@@ -354,7 +380,23 @@ class PagedKVCache(OneSequenceCache):
         end = plan.start + plan.n_new
         k_HSK = self.gather(self.pool.k_LNHPK, layer, end)
         v_HSK = self.gather(self.pool.v_LNHPK, layer, end)
-        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
+        return k_HSK, v_HSK, plan.mask
+
+    def _abort(self, plan: Plan) -> None:
+        """An abandoned plan's blocks go back: those it added to the table, and the private
+        copies it made of shared blocks (copy-on-write), whose originals come back if another
+        sequence still holds them (else the copy, the same keys, stays)."""
+        alloc, before = self.pool.allocator, plan.undo
+        if before is None:
+            return
+        for j, block in enumerate(self.block_table):
+            if j >= len(before):
+                alloc.release(block)
+            elif block != before[j] and alloc.refcount[before[j]] > 0:
+                alloc.retain(before[j])
+                alloc.release(block)
+                self.block_table[j] = before[j]
+        del self.block_table[len(before) :]
 
     def _truncate(self, length: int, row: int | None) -> None:
         """Blocks no longer needed go back to the pool."""

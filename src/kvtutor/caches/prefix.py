@@ -267,6 +267,10 @@ class PrefixCachingPool(PagedKVPool):
             child.block_hashes = list(seq.block_hashes)
         return child
 
+    def holds_keys(self) -> bool:
+        """Does a sequence hold committed keys, or the cache a named block (held or not)?"""
+        return super().holds_keys() or self.allocator.n_cached > 0
+
     @property
     def hit_rate(self) -> float:
         """Prompt tokens found in the cache, as a fraction of those looked up."""

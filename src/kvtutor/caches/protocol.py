@@ -3,8 +3,9 @@
 A forward pass of T new tokens through any cache is three verbs:
 
 1. ``plan = cache.plan(T, row=None, active=None, name="ids")``: where the T new tokens of each row
-   go (every row, one ``row``, or the rows ``active`` marks). It checks the room and changes
-   nothing; the plan belongs to this cache and to its state at this moment.
+   go (every row, one ``row``, or the rows ``active`` marks). It checks the room and writes
+   nothing; the plan belongs to this cache, and it is the one that may be written and committed
+   now (an earlier open plan goes stale).
 2. Per layer, ``k_S, v_S, mask = cache.update(layer, k_new, v_new, plan)``: store the layer's new
    keys and values and return what attention reads: the S keys and values the new queries see and
    the mask saying which query sees which key (None: the plain causal mask, the T queries being
@@ -16,25 +17,42 @@ Besides: ``len(cache)`` (rows of equal length), ``host_lengths``, ``capacity``, 
 ``values(layer)`` (what is committed), ``truncate(length, row=None)``, ``reset_row(row)`` and
 ``nbytes``. Arrays are the model's: a NumPy model's [Hkv, T, K], a torch model's [B, Hkv, T, K].
 
-**What is checked, here and only here** (``KVCacheBase``): a plan is a ``Plan`` made by this very
-cache, not yet committed, and made since the cache last changed (a second plan, a truncate or a
-commit in between makes it stale); rows, active masks, layers, the arrays' kind, rank, widths,
-batch, token count, dtype and device; the room in every row; that every layer was written before
-the commit, and written once. A rejected call raises ValueError or TypeError naming the argument
-and leaves the cache as it was. Every check reads host metadata (shapes, dtypes, the host copy of
-the lengths): none waits for a GPU, so the fast paths keep them all. A *fixed* plan (the CUDA
-graph's step: ``TorchPreallocatedKVCache.fixed_plan``) is the one kind that may be committed more
-than once: each replay of the graph that recorded it writes every layer (``Plan.replayed``), and
-its room is checked on the host before each replay.
+**A small state machine, enforced here and only here** (``KVCacheBase``). A cache has at most
+one *open* plan: ``plan`` opens one, and the plan opened before it goes stale (its writes beyond
+the committed positions are undone: ``abort``); ``advance`` commits the open plan, and a commit,
+a ``truncate``, a ``reset_row`` or an ``abort`` leaves none open. A plan that is not the cache's
+open one (stale, committed, another cache's, not a ``Plan``) is refused by ``update`` and
+``advance``, naming ``plan``. Every class's ``update`` runs inside ``protocol_update``, so it
+writes only its mechanism: before it, the layer, the arrays' kind, rank, widths, batch, token
+count, dtype and device, and a layer not yet written under the plan; after it, the layer marked
+written and the answer shaped (``answer``: a NumPy mask checked, keys and values in C order).
+``advance`` wants every layer written once. A model's pass that fails half way calls ``abort``,
+so a paged sequence gives back the blocks and copies it took: a failed call changes nothing a
+reader of the cache, or of its pool, can see. A rejected call raises ValueError or TypeError
+naming the argument and changes nothing. A cache holds one model's keys: ``check_writer`` (called
+by every model's ``check_cache``) binds it, or its pool, to the model that writes it, and refuses
+another while it holds keys. ``copy.copy`` is refused (it would share buffers and lengths);
+``copy.deepcopy`` gives an independent cache. Every check reads host metadata (shapes, dtypes,
+the host copy of the lengths): none waits for a GPU, so the fast paths keep them all.
+
+A *fixed* plan (the CUDA graph's step: ``TorchPreallocatedKVCache.fixed_plan``) is the one kind
+that stays open across commits, outside the one-open-plan rule: its first pass writes every
+layer (the graph's capture, or one eager step) and after its first commit only ``replayed()``
+(each replay of the graph, which recomputes its mask and slots from the device's lengths) may
+write it again; an eager ``update`` is refused. Its room, and that every row's next token falls
+inside its ``n_keys``, are checked on the host before each replay and each commit.
 
 Each cache class supplies its layout: ``_layout(plan)`` (plan-time fields: masks, write indices),
-``update`` (which calls ``check_update`` first), ``_commit(plan)`` (what enters the cache at
-commit: a window's ring, an int8 group), ``_truncate(length, row)`` (all or nothing) and
+``update`` (the mechanism alone), ``_commit(plan)`` (what enters the cache at commit: a window's
+ring, an int8 group), ``_check_truncate`` / ``_truncate(length, row)``, ``_abort(plan)`` and
 ``_read``. Nothing outside a cache reads its buffers or lengths directly.
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,8 +69,8 @@ class Plan:
 
     __slots__ = (
         "cache", "epoch", "n_new", "rows", "n_batch", "start", "n_keys", "mask", "is_causal",
-        "written", "closed", "fixed", "pos_B", "write_idx", "write_rows", "active_host",
-        "active_dev", "views", "staged",
+        "written", "closed", "fixed", "n_commits", "pos_B", "write_idx", "write_rows", "active_host",
+        "active_dev", "views", "staged", "undo",
     )  # fmt: skip
 
     def __init__(self, cache: KVCacheBase, n_new: int, rows: np.ndarray, n_batch: int) -> None:
@@ -67,6 +85,7 @@ class Plan:
         self.written = [False] * cache.n_layers
         self.closed = False
         self.fixed = False
+        self.n_commits = 0  # a fixed plan: how often it was committed (graph replays after the first)
         self.pos_B: Any = None  # torch: per-row start positions on the device (ragged rows)
         self.write_idx: Any = None  # torch: flat slot indices of a ragged write
         self.write_rows: Any = None  # torch: the rows of a partial (active) write
@@ -74,11 +93,15 @@ class Plan:
         self.active_dev: Any = None
         self.views: Any = None  # torch: per-layer write and read views cut once for the pass
         self.staged: list[Any] = [None] * cache.n_layers  # what _commit stores (windows, int8)
+        self.undo: Any = None  # what _abort puts back if the plan is abandoned (a paged block table)
 
     def replayed(self) -> None:
-        """A replay of the CUDA graph that recorded this fixed plan wrote every layer again."""
+        """A replay of the CUDA graph that recorded this fixed plan wrote every layer again (its
+        mask and write slots recomputed on the device from the lengths); the cache checks first that
+        every row's next token still falls inside the plan's ``n_keys``."""
         if not self.fixed:
             raise ValueError("plan: only a fixed plan (fixed_plan) is written by a graph replay")
+        self.cache.check_fixed_room(self)
         self.written = [True] * len(self.written)
 
     def __repr__(self) -> str:
@@ -115,6 +138,30 @@ def check_mask(mask_TS: Any, n_new: int, n_keys: int, cache: Any) -> Any:
     return mask_TS
 
 
+def protocol_update(update: Callable[..., Any]) -> Callable[..., Any]:
+    """A cache class's ``update`` inside the protocol's checks: before it, ``check_update`` (an
+    open plan of this cache, a layer not yet written, new rows of this cache's kind, shape, dtype
+    and device; a rejected call changes nothing); after it, the layer marked written and the
+    answer checked and shaped (``answer``). ``KVCacheBase`` applies it to every subclass that
+    defines ``update``, so each cache writes only its mechanism and no cache can skip a check. A
+    subclass's ``update`` that calls its parent's is checked once, around the outer call."""
+
+    @functools.wraps(update)
+    def checked(self: KVCacheBase, layer: Any, k_new: Any, v_new: Any, plan: Any) -> Any:
+        if self._updating:  # inside another checked update of this cache: the parent's body
+            return update(self, layer, k_new, v_new, plan)
+        layer, k_new, v_new = self.check_update(layer, k_new, v_new, plan)
+        self._updating = True
+        try:
+            k_S, v_S, mask = update(self, layer, k_new, v_new, plan)
+        finally:
+            self._updating = False
+        self.mark_written(layer, plan)
+        return self.answer(k_S, v_S, mask, plan)
+
+    return checked
+
+
 class KVCacheBase:
     """The protocol's verbs and checks, shared by every cache (see the module docstring).
 
@@ -125,6 +172,7 @@ class KVCacheBase:
     """
 
     kind = ""
+    _updating = False  # inside a checked update (protocol_update)
     n_layers: int
     n_kv_heads: int
     d_head: int
@@ -135,9 +183,52 @@ class KVCacheBase:
     device: Any
     _capacity: int
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "update" in cls.__dict__:
+            cls.update = protocol_update(cls.__dict__["update"])  # type: ignore[method-assign]
+
     def _init_lengths(self) -> None:
         self._host = np.zeros(self.batch_size, dtype=np.int64)  # committed lengths, on the host
-        self.epoch = 0  # moves at every change of the committed state: older plans go stale
+        self.epoch = 0  # moves at every plan and every change of the committed state
+        self._open: Plan | None = None  # the one plan that may be written and committed now
+        self.writer_ref: Any = None  # a weak reference to the model whose keys this cache holds
+
+    # ------------------------------------------------------------ copies and owners
+    def __copy__(self) -> Any:
+        raise TypeError(
+            f"copy: a shallow copy of a {type(self).__name__} would share its buffers and lengths "
+            "with the original; use copy.deepcopy(cache) for an independent cache (a paged "
+            "sequence: pool.fork(seq) shares its blocks, copy-on-write)"
+        )
+
+    def holds_keys(self) -> bool:
+        """Does this cache hold any committed keys (a paged sequence: does its pool)?"""
+        return bool(self._host.any())
+
+    def writer_slot(self) -> Any:
+        """The object whose ``writer_ref`` names the model this cache's keys belong to: the cache
+        itself (a paged sequence: its pool, shared by every sequence of it)."""
+        return self
+
+    def check_writer(self, model: Any) -> None:
+        """Bind this cache (or its pool) to ``model``, the model whose keys it holds, or a
+        ValueError naming ``cache`` if it holds keys another model wrote: keys are what one model's
+        weights made of its tokens, and another model of the same shape would read them without a
+        sign. An empty cache (or pool) passes to the next model that fills it. Every model's
+        ``check_cache`` calls it, so every pass of every model is checked."""
+        slot = self.writer_slot()
+        owner = None if slot.writer_ref is None else slot.writer_ref()
+        if owner is model:
+            return
+        if self.holds_keys():
+            who = "a model that no longer exists" if owner is None else f"another {type(owner).__name__}"
+            raise ValueError(
+                f"cache: expected a cache holding this model's keys and values (or none), got one "
+                f"whose keys {who} wrote; a cache, or a pool of blocks, serves the one model that "
+                "filled it: make one per model, or empty it first (truncate(0), free the sequences)"
+            )
+        slot.writer_ref = weakref.ref(model)
 
     # ------------------------------------------------------------ reading
     @property
@@ -220,7 +311,34 @@ class KVCacheBase:
             plan.active_host = np.zeros(self.batch_size, dtype=np.int64)
             plan.active_host[rows] = 1
         self._layout(plan, row)
+        self._close_open()  # one open plan at a time: the earlier one goes stale, its writes undone
+        self.epoch += 1
+        plan.epoch, self._open = self.epoch, plan
         return plan
+
+    def _close_open(self) -> None:
+        """The open plan, if any, goes stale; what its updates did outside the committed state
+        (blocks a paged sequence took, copies for copy-on-write) is undone (``_abort``)."""
+        plan, self._open = self._open, None
+        if plan is not None:
+            plan.epoch = -1
+            if any(plan.written):
+                self._abort(plan)
+
+    def abort(self, plan: Any = None) -> None:
+        """Abandon ``plan`` (default: the open plan) uncommitted, as a pass that failed half way
+        must: it goes stale, and what its updates did outside the committed state is undone, so
+        the cache, and its pool, are as they were before the plan. A plan already stale or
+        committed: nothing to do."""
+        if plan is None:
+            plan = self._open
+        if isinstance(plan, Plan) and plan is self._open:
+            self._close_open()
+            self.epoch += 1
+
+    def _abort(self, plan: Plan) -> None:
+        """Undo what ``update`` did under ``plan`` beyond the positions it writes (nothing, except
+        where it takes shared resources: a paged sequence's blocks)."""
 
     def check_active(self, active: Any) -> np.ndarray | None:
         """An ``active`` row mask -> bool [B], or None when every row is active; a TypeError or
@@ -267,8 +385,8 @@ class KVCacheBase:
             raise ValueError("plan: expected an open plan, got one already committed by advance()")
         if plan.epoch != self.epoch and not plan.fixed:
             raise ValueError(
-                "plan: expected a plan made since the cache last changed, got a stale one (a commit, "
-                "truncate or reset came after it: make a new plan)"
+                "plan: expected the cache's newest plan, got a stale one (a newer plan, a commit, a "
+                "truncate, a reset or an abort came after it: make a new plan)"
             )
         return plan
 
@@ -278,7 +396,14 @@ class KVCacheBase:
         Returns (layer, k_new, v_new)."""
         plan = self.check_plan(plan)
         layer = self.check_layer(layer)
-        if plan.written[layer] and not plan.fixed:
+        if plan.fixed and plan.n_commits:
+            raise ValueError(
+                "plan: expected a fixed plan not yet committed, got one committed already: after its "
+                "first pass a fixed plan is written only by replays of the CUDA graph that recorded "
+                "it (replayed()); an eager step needs a new fixed_plan, whose mask and slots follow "
+                "the lengths now"
+            )
+        if plan.written[layer]:
             raise ValueError(f"layer: layer {layer} was already written under this plan")
         batch = (plan.n_batch,) if self.batched else ()
         want = (*batch, self.n_kv_heads, plan.n_new, self.d_head)
@@ -288,7 +413,19 @@ class KVCacheBase:
             if tuple(arr.shape) != want:
                 shown = ", ".join(f"{d}{n}" for d, n in zip(dims, want, strict=True))
                 raise ValueError(f"{name}: expected shape [{shown}], got {list(arr.shape)}")
+        if self.backend == "numpy":  # any floating dtype, stored in the cache's
+            k_new, v_new = np.asarray(k_new, self.dtype), np.asarray(v_new, self.dtype)
         return layer, k_new, v_new
+
+    def answer(self, k_S: Any, v_S: Any, mask: Any, plan: Plan) -> tuple[Any, Any, Any]:
+        """What ``update`` returns, from what a cache's own ``update`` gave: NumPy keys and values
+        in one memory layout (C order: every cache kind then sums in the same order) and a mask
+        of None or bool [T, S] (``check_mask``: a cache written outside this package that answers
+        a wrong one is caught before attention reads it); torch tensors as they are."""
+        if self.backend != "numpy":
+            return k_S, v_S, mask
+        check_mask(mask, plan.n_new, k_S.shape[-2], self)
+        return np.ascontiguousarray(k_S), np.ascontiguousarray(v_S), mask
 
     def _check_array(self, name: str, arr: Any) -> None:
         """``arr`` is an array of this cache's backend, floating, in its dtype and on its device."""
@@ -325,15 +462,23 @@ class KVCacheBase:
                 f"plan: layers {missing} were not written under this plan; update every layer "
                 "before advance()"
             )
-        self.check_room(plan.n_new, plan.rows, "plan")  # a fixed plan: its room, again
+        if plan.fixed:
+            self.check_fixed_room(plan)  # its room, again, at each replay
         self._commit(plan)
         self._host[plan.rows] += plan.n_new
         self._advance_device(plan)
         if plan.fixed:
             plan.written = [False] * self.n_layers
+            plan.n_commits += 1
         else:
             plan.closed = True
+            self._open = None
         self.epoch += 1
+
+    def check_fixed_room(self, plan: Plan) -> None:
+        """Before a fixed plan is replayed or committed: room for its token in every row (and,
+        where a cache bounds the keys a fixed plan attends, inside them)."""
+        self.check_room(plan.n_new, plan.rows, "plan")
 
     def _commit(self, plan: Plan) -> None:
         """What enters the cache at commit (nothing, where ``update`` wrote in place)."""
@@ -353,7 +498,9 @@ class KVCacheBase:
         if not 0 <= length <= shortest:
             where = "every row's length" if row is None else f"row {row}'s length"
             raise ValueError(f"length: expected 0 <= length <= {shortest} ({where}), got {length}")
-        self._truncate(length, row)  # raises before changing anything
+        self._check_truncate(length, row)  # a cache that cannot: raises, nothing changed
+        self._close_open()
+        self._truncate(length, row)
         if row is None:
             self._host[:] = length
         else:
@@ -365,8 +512,13 @@ class KVCacheBase:
         """Empty one row (its slot can take a new sequence); other rows are untouched."""
         self.truncate(0, self.check_row(row))
 
+    def _check_truncate(self, length: int, row: int | None) -> None:
+        """A ValueError naming the argument if this cache cannot truncate to ``length`` (a window
+        that evicted what it would keep); checked before anything changes."""
+
     def _truncate(self, length: int, row: int | None) -> None:
-        """Drop the data past ``length`` (nothing, where lengths alone say what is held)."""
+        """Drop the data past ``length`` (nothing, where lengths alone say what is held); called
+        once ``_check_truncate`` passed, never raises."""
 
     def _set_device_lengths(self, length: int, row: int | None) -> None:
         """The device copy of the lengths follows a truncate (torch caches keep one)."""

@@ -178,7 +178,6 @@ class QuantizedKVCache(OneSequenceCache):
     def update(self, layer, k_HTK, v_HTK, plan):
         """[H,T,K] x2 -> [H,S,K] x2 and the mask: quantize and store at len .. len+T-1 (keys of an
         unfilled group stay float); return every key and value, dequantized."""
-        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
         for name, arr in (("k_new", k_HTK), ("v_new", v_HTK)):
             if not self.ops.is_finite(arr):
                 raise ValueError(f"{name}: expected finite numbers to quantize, got nan or inf")
@@ -210,7 +209,7 @@ class QuantizedKVCache(OneSequenceCache):
             float_rows, carry_rows = rows_HSK[:, done - first :], carry_HSK[:, done - first :]
         plan.staged[layer] = (float_rows, carry_rows)  # the residual after this pass, for advance
         k_HSK, v_HSK = self._read_keys(layer, end, float_rows), self._read_values(layer, end)
-        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
+        return k_HSK, v_HSK, plan.mask
 
     def _commit(self, plan: Plan) -> None:
         self._k_float, self._k_carry = (list(x) for x in zip(*plan.staged, strict=True))

@@ -237,6 +237,11 @@ class TorchPreallocatedKVCache(TorchKVCache):
         plan.write_idx = (self.base_BH + plan.pos_B[:, None]).reshape(-1)
         return plan
 
+    def check_fixed_room(self, plan: Plan) -> None:
+        """Room for a fixed plan's token in every row, and inside its ``n_keys`` slots."""
+        super().check_fixed_room(plan)
+        self.check_fixed(plan.n_keys)
+
     def check_fixed(self, n_keys: int) -> None:
         """A ValueError naming ``n_keys`` unless every row's next token falls inside the first
         ``n_keys`` slots (before each replay of a fixed plan: host lengths only, no sync)."""
@@ -273,8 +278,6 @@ class TorchPreallocatedKVCache(TorchKVCache):
 
         The book shows this in "Preallocated versus concat, measured".
         """
-        layer, k_BHTK, v_BHTK = self.check_update(layer, k_BHTK, v_BHTK, plan)
-        self.mark_written(layer, plan)
         if plan.views is not None:  # one start for every row: views cut by plan
             k_write, v_write, k_read, v_read = plan.views
             k_write[layer].copy_(k_BHTK)
@@ -336,9 +339,11 @@ class TorchConcatKVCache(TorchKVCache):
             else:
                 plan.mask = causal_mask(plan.n_new, start + plan.n_new, self.device)
 
-    def _truncate(self, length: int, row: int | None) -> None:
+    def _check_truncate(self, length: int, row: int | None) -> None:
         if row is not None and self.batch_size > 1:
             raise ValueError("row: a concat cache keeps its rows at one length; use kind='preallocated'")
+
+    def _truncate(self, length: int, row: int | None) -> None:
         self._k = [k[:, :, :length].clone() for k in self._k]  # release what was cut off
         self._v = [v[:, :, :length].clone() for v in self._v]
 
@@ -348,8 +353,6 @@ class TorchConcatKVCache(TorchKVCache):
 
         The book shows this in "Preallocated versus concat, measured".
         """
-        layer, k_BHTK, v_BHTK = self.check_update(layer, k_BHTK, v_BHTK, plan)
-        self.mark_written(layer, plan)
         start = plan.start
         self._k[layer] = torch.cat([self._k[layer][:, :, :start], k_BHTK], dim=2)
         self._v[layer] = torch.cat([self._v[layer][:, :, :start], v_BHTK], dim=2)

@@ -190,7 +190,6 @@ class SlidingWindowKVCache(OneSequenceCache):
 
         The book shows this in "Smaller caches: windows, sinks and int8".
         """
-        layer, k_HTK, v_HTK = self.check_update(layer, k_HTK, v_HTK, plan)
         old_S = self.attended_positions(plan.n_new)[: -plan.n_new]
         slots_S = self.slots(old_S)
         # copies: the caller may reuse its arrays
@@ -198,7 +197,7 @@ class SlidingWindowKVCache(OneSequenceCache):
         plan.staged[layer] = (k_HTK, v_HTK)
         k_HSK = self.ops.cat([self.k_LHWK[layer][:, slots_S], k_HTK], axis=1)
         v_HSK = self.ops.cat([self.v_LHWK[layer][:, slots_S], v_HTK], axis=1)
-        return self.answer(k_HSK, v_HSK, plan.mask, layer, plan)
+        return k_HSK, v_HSK, plan.mask
 
     def _commit(self, plan: Plan) -> None:
         """The new rows that the window keeps overwrite the oldest slots of the ring; what leaves
@@ -223,23 +222,29 @@ class SlidingWindowKVCache(OneSequenceCache):
             self.k_LHWK[layer][:, slots_N] = k_HTK[:, kept]
             self.v_LHWK[layer][:, slots_N] = v_HTK[:, kept]
 
-    def _truncate(self, length: int, row: int | None) -> None:
+    def _lost(self, length: int) -> np.ndarray:
+        """The positions a cache of ``length`` keeps that the ring no longer holds."""
+        need = kept_positions(length, self.window, self.n_sink)
+        return np.setdiff1d(need, self.positions())
+
+    def _check_truncate(self, length: int, row: int | None) -> None:
         """A ring buffer cannot bring back what it has evicted, so ``length`` must be the current
         length, at most ``n_sink``, anything while nothing has been evicted yet (len <= W), or any
         length back to where the last ``advance`` started: it keeps the rows it pushed out until
         the next one, so that a speculative round's rejected guesses can be rolled back. Otherwise
         a ValueError and no change."""
-        need, held = kept_positions(length, self.window, self.n_sink), self.positions()
-        lost = np.setdiff1d(need, held)
-        undo_N, k_LHNK, v_LHNK = self._undo
-        back = np.isin(lost, undo_N)  # positions the last advance pushed out: restored below
-        if lost.size and not back.all():
+        lost = self._lost(length)
+        if lost.size and not np.isin(lost, self._undo[0]).all():
             short = f"a length <= {self.n_sink} (the sinks)" if self.n_sink else "0"
             raise ValueError(
                 f"length: a cache of length {length} keeps positions {int(lost[0])}..{int(lost[-1])}, "
                 f"which this window has evicted; expected {self.length} (no change), {short}, "
                 f"or any length before the window first evicts; got {length}"
             )
+
+    def _truncate(self, length: int, row: int | None) -> None:
+        """Bring back what the last advance pushed out of the ring, where ``length`` keeps it."""
+        lost, (undo_N, k_LHNK, v_LHNK) = self._lost(length), self._undo
         if lost.size:  # bring back what the last advance pushed out
             row_of = {int(p): i for i, p in enumerate(undo_N)}
             rows_N = np.array([row_of[int(p)] for p in lost])

@@ -12,6 +12,7 @@ hooks of ``NumpyDecoder`` (``embed``, ``block``, ``head``), which strings them i
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,6 @@ from .config import GPT2Config
 from .gpt2_weights import GPT2Weights, LayerWeights, random_weights, weights_from_state_dict
 from .numpy_base import NumpyDecoder
 from .steps import (
-    AttentionCore,
     apply_mask,
     attend,
     attention_core,
@@ -33,12 +33,10 @@ from .steps import (
     linear,
     lm_head,
     merge_heads,
-    record,
     repeat_kv,
     sample,
     softmax,
     split_heads,
-    store_kv,
 )
 
 __all__ = [
@@ -55,7 +53,6 @@ __all__ = [
     "attention_weights",
     "attend",
     "attention_core",
-    "AttentionCore",
     "merge_heads",
     "gelu",
     "ffn",
@@ -137,30 +134,22 @@ def attention(
     cache: KVCacheBase | None = None,
     plan: Plan | None = None,
     layer_index: int = 0,
-    trace: dict[str, np.ndarray] | None = None,
-    core: AttentionCore | None = None,
 ) -> np.ndarray:
-    """[T,D] -> [T,D]: multi-head causal self-attention of T new tokens,
-    their K/V rows stored in the cache (if any) where ``plan`` says.
-    ``core``, if given, replaces ``attention_core``.
+    """[T,D] -> [T,D]: causal self-attention of T new tokens. Without a
+    cache they attend to each other; with one, their keys and values are
+    stored first and the queries read every key it holds.
 
     The book shows this in "Prefill, step by step".
     """
     q_TD, k_TD, v_TD = project_qkv(x_TD, layer)
     q_HTK = split_heads(q_TD, config.n_heads)
-    k_new_HTK = split_heads(k_TD, config.n_kv_heads)
-    v_new_HTK = split_heads(v_TD, config.n_kv_heads)
-    k_HSK, v_HSK, mask_TS = store_kv(
-        cache, layer_index, k_new_HTK, v_new_HTK, plan
-    )  # fmt: skip
-    record(trace, q_HTK=q_HTK, k_HSK=k_HSK, v_HSK=v_HSK)
-    if core is None:
-        o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, mask_TS)
-    else:  # a variant of the core (the book's wrong ones)
-        o_HTK = core(layer_index, q_HTK, k_HSK, v_HSK)
-    out_TD = linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
-    record(trace, o_HTK=o_HTK, attn_out_TD=out_TD)
-    return out_TD
+    k_HSK = split_heads(k_TD, config.n_kv_heads)  # S = T: the new rows
+    v_HSK = split_heads(v_TD, config.n_kv_heads)
+    mask_TS = None  # the plain causal mask
+    if cache is not None:  # store the new rows; read all S rows held
+        k_HSK, v_HSK, mask_TS = cache.update(layer_index, k_HSK, v_HSK, plan)
+    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, mask_TS)
+    return linear(merge_heads(o_HTK), layer.w_o, layer.b_o)
 
 
 def block(
@@ -170,8 +159,6 @@ def block(
     cache: KVCacheBase | None = None,
     plan: Plan | None = None,
     layer_index: int = 0,
-    trace: dict[str, np.ndarray] | None = None,
-    core: AttentionCore | None = None,
 ) -> np.ndarray:
     """[T,D] -> [T,D]: x + attention(LN(x)), then x + FFN(LN(x))
     (pre-LayerNorm, as GPT-2).
@@ -180,13 +167,8 @@ def block(
     """
     eps = config.layer_norm_eps
     h_TD = layer_norm(x_TD, layer.ln1_g, layer.ln1_b, eps)
-    x_TD = x_TD + attention(
-        h_TD, layer, config, cache, plan, layer_index, trace, core
-    )  # fmt: skip
-    x_TD = x_TD + ffn(layer_norm(x_TD, layer.ln2_g, layer.ln2_b, eps), layer)
-    if trace is not None:
-        trace["x_out_TD"] = x_TD
-    return x_TD
+    x_TD = x_TD + attention(h_TD, layer, config, cache, plan, layer_index)
+    return x_TD + ffn(layer_norm(x_TD, layer.ln2_g, layer.ln2_b, eps), layer)
 
 
 # ---------------------------------------------------------------- the model
@@ -196,6 +178,11 @@ def block(
 class GPT2Model(NumpyDecoder):
     """GPT-2 in NumPy, float32 by default: the model the book walks through. Its cache, passes
     and generation are ``NumpyDecoder``'s; it supplies the embedding, the block and the head."""
+
+    config_class = GPT2Config
+    weights_class = GPT2Weights
+    traced = (block, attention, attention_core)  # what a trace reads (``tracing.capture_layers``)
+    core_module = sys.modules[__name__]  # whose ``attention_core`` a ``core=`` replaces for a pass
 
     config: GPT2Config
     weights: GPT2Weights
@@ -231,10 +218,10 @@ class GPT2Model(NumpyDecoder):
         """[T], [T] -> [T,D]: token rows plus the learned rows of their positions."""
         return embed(ids_T, self.weights.wte_VD, self.weights.wpe_MD, int(positions_T[0]))
 
-    def block(self, x_TD, layer_index, positions_T, cache, plan, trace=None, core=None):
+    def block(self, x_TD, layer_index, positions_T, cache, plan):
         """[T,D] -> [T,D]: block ``layer_index`` (positions entered at the input)."""
         layer = self.weights.layers[layer_index]
-        return block(x_TD, layer, self.config, cache, plan, layer_index, trace, core)
+        return block(x_TD, layer, self.config, cache, plan, layer_index)
 
     def head(self, x_TD: np.ndarray) -> np.ndarray:
         """[T,D] -> [T,V]: the final LayerNorm, then the tied LM head."""

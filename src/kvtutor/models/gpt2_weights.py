@@ -18,6 +18,7 @@ import numpy as np
 
 from ..validate import check_float_dtype, check_seed
 from .config import GPT2Config
+from .weight_schema import check_weights
 
 
 @dataclass
@@ -57,6 +58,34 @@ class GPT2Weights:
         yield from (self.wte_VD, self.wpe_MD, self.lnf_g, self.lnf_b)
         for layer in self.layers:
             yield from (getattr(layer, f.name) for f in fields(layer))
+
+    def named(self) -> dict[str, Any]:
+        """Every weight by name (``"wte_VD"``, ``"layers[0].w_q"``, ...), for ``check``."""
+        out = {"wte_VD": self.wte_VD, "wpe_MD": self.wpe_MD, "lnf_g": self.lnf_g, "lnf_b": self.lnf_b}
+        for i, layer in enumerate(self.layers):
+            out |= {f"layers[{i}].{f.name}": getattr(layer, f.name) for f in fields(layer)}
+        return out
+
+    @staticmethod
+    def schema(config: GPT2Config) -> dict[str, tuple[int, ...]]:
+        """Every weight ``config`` describes -> its shape (the names of ``named``)."""
+        d, f, m, kv = config.d_model, config.d_ff, config.max_seq_len, config.n_kv_heads * config.d_head
+        layer = {
+            "ln1_g": (d,), "ln1_b": (d,), "w_q": (d, d), "b_q": (d,), "w_k": (d, kv), "b_k": (kv,),
+            "w_v": (d, kv), "b_v": (kv,), "w_o": (d, d), "b_o": (d,), "ln2_g": (d,), "ln2_b": (d,),
+            "w_fc": (d, f), "b_fc": (f,), "w_proj": (f, d), "b_proj": (d,),
+        }  # fmt: skip
+        out = {"wte_VD": (config.vocab_size, d), "wpe_MD": (m, d), "lnf_g": (d,), "lnf_b": (d,)}
+        for i in range(config.n_layers):
+            out |= {f"layers[{i}].{name}": shape for name, shape in layer.items()}
+        return out
+
+    def check(self, config: GPT2Config) -> None:
+        """These weights against ``config`` (``weight_schema.check_weights``): every one present,
+        of its shape, one floating dtype, finite; none beyond the config's layers."""
+        if not isinstance(config, GPT2Config):
+            raise TypeError(f"config: expected a kvtutor.GPT2Config, got {type(config).__name__}")
+        check_weights(self, config, self.schema(config), "layer_norm_eps")
 
     def to_state_dict(self) -> dict[str, np.ndarray]:
         """Hugging Face ``GPT2LMHeadModel`` naming (``transformer.`` prefix, c_attn fused)."""

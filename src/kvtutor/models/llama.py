@@ -18,20 +18,18 @@ layout).
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..caches.protocol import KVCacheBase, Plan
-from ..text import fields_call
 from ..validate import check_float_dtype, check_scale, check_seed
 from .gpt2_weights import weight_array
-from .hf_config import spec_from_dict
+from .llama_weights import LlamaConfig, LlamaLayerWeights, LlamaWeights, build_weights, hf_shapes
 from .numpy_base import NumpyDecoder
-from .steps import attention_core, lm_head, merge_heads, record, split_heads, store_kv
+from .steps import attention_core, lm_head, merge_heads, split_heads
 
 __all__ = [
     "LlamaConfig",
@@ -49,253 +47,6 @@ __all__ = [
     "block",
     "LlamaModel",
 ]
-
-
-# ---------------------------------------------------------------- the configuration
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    """Sizes of a Llama-style decoder.
-
-    ``n_kv_heads`` defaults to ``n_heads`` (0 = default) and ``d_head`` to ``d_model // n_heads``;
-    ``rope_theta`` is RoPE's base, ``rms_norm_eps`` RMSNorm's epsilon. ``tie_word_embeddings``
-    makes the LM head the token embedding (as GPT-2 does); Llama's own checkpoints keep them apart.
-    ``qk_norm`` adds an RMSNorm of width ``d_head`` on every query and key head before RoPE (Qwen3's
-    QK-norm: ``kvtutor.models.qwen3``).
-    """
-
-    vocab_size: int
-    d_model: int
-    n_heads: int
-    n_layers: int
-    max_seq_len: int
-    d_ff: int
-    n_kv_heads: int = 0
-    d_head: int = 0
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-    tie_word_embeddings: bool = False
-    qk_norm: bool = False
-
-    #: the Hugging Face ``model_type`` values ``from_hf`` reads into this config
-    MODEL_TYPES = ("llama",)
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "d_ff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
-            if value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value}")
-        for name in ("n_kv_heads", "d_head"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}: expected a non-negative int (0 = default), got {value!r}")
-        if self.n_kv_heads == 0:
-            object.__setattr__(self, "n_kv_heads", self.n_heads)
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"n_kv_heads: expected a divisor of n_heads={self.n_heads}, got {self.n_kv_heads}"
-            )
-        if self.d_head == 0:
-            if self.d_model % self.n_heads:
-                raise ValueError(
-                    f"d_model: expected a multiple of n_heads={self.n_heads} (or an explicit d_head), "
-                    f"got {self.d_model}"
-                )
-            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
-        if self.d_head % 2:
-            raise ValueError(f"d_head: expected an even number (RoPE rotates pairs), got {self.d_head}")
-        for name in ("rope_theta", "rms_norm_eps"):
-            object.__setattr__(self, name, check_scale(name, getattr(self, name)))
-        for name in ("tie_word_embeddings", "qk_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
-
-    def __str__(self) -> str:
-        """The same fields as ``repr()``, wrapped to fit ``TEXT_WIDTH`` columns."""
-        return fields_call(self)
-
-    @property
-    def group_size(self) -> int:
-        """Query heads that share one KV head (1 for plain multi-head attention)."""
-        return self.n_heads // self.n_kv_heads
-
-    @property
-    def n_params(self) -> int:
-        """Parameters, counting a tied embedding / LM head once (RoPE has none)."""
-        d, f, q, kv = self.d_model, self.d_ff, self.n_heads * self.d_head, self.n_kv_heads * self.d_head
-        per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * f  # norms, W_Q, W_K, W_V, W_O, gate/up/down
-        per_layer += 2 * self.d_head if self.qk_norm else 0  # QK-norm: one gain per head dimension, q and k
-        head = 0 if self.tie_word_embeddings else self.vocab_size * d
-        return self.vocab_size * d + self.n_layers * per_layer + d + head
-
-    @classmethod
-    def from_hf(cls, config: Mapping[str, Any]) -> Any:
-        """A Hugging Face ``config.json`` (a dict) of this family -> its config; errors name the key.
-
-        Sizes are read by ``kvtutor.models.hf_config.spec_from_dict`` (the calculator's reader), QK-norm
-        too. Refused: a ``model_type`` outside ``MODEL_TYPES``, ``attention_bias``/``mlp_bias`` true,
-        a sliding window, RoPE scaling (``rope_scaling`` or a ``rope_parameters`` type other than
-        ``"default"``), and a ``hidden_act`` other than ``"silu"``.
-        """
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config: expected a config.json dict, got {type(config).__name__}")
-        spec = spec_from_dict(config)
-        if not config.get("hidden_size") and isinstance(config.get("text_config"), Mapping):
-            config = config["text_config"]  # as spec_from_dict reads a multimodal wrapper
-        if spec.model_type not in cls.MODEL_TYPES:
-            want = " or ".join(repr(t) for t in cls.MODEL_TYPES)
-            raise ValueError(f"config['model_type']: expected {want}, got {spec.model_type!r}")
-        if spec.attention_bias:
-            raise ValueError("config['attention_bias']: biases on q/k/v/o are not modelled; expected false")
-        if spec.sliding_window is not None:
-            raise ValueError(
-                f"config['sliding_window']: expected none (every layer sees the whole context), "
-                f"got {config.get('sliding_window')!r}"
-            )
-        act = config.get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"config['hidden_act']: expected 'silu' (SwiGLU), got {act!r}")
-        return cls(
-            vocab_size=spec.vocab_size, d_model=spec.d_model, n_heads=spec.n_heads, n_layers=spec.n_layers,
-            max_seq_len=spec.max_seq_len, d_ff=spec.d_ff, n_kv_heads=spec.n_kv_heads, d_head=spec.d_head,
-            rope_theta=_rope_theta(config), rms_norm_eps=_number(config, "rms_norm_eps", 1e-6),
-            tie_word_embeddings=spec.tie_word_embeddings, qk_norm=spec.qk_norm,
-        )  # fmt: skip
-
-
-def _number(config: Mapping[str, Any], key: str, default: float) -> float:
-    value = config.get(key)
-    if value is None:
-        return default
-    # a comparison, not math.isfinite: an int too large for a float (10**400) is refused, not an OverflowError
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= sys.float_info.max:
-        raise ValueError(f"config[{key!r}]: expected a finite number > 0, got {value!r:.80}")
-    return float(value)
-
-
-def _rope_theta(config: Mapping[str, Any]) -> float:
-    """RoPE's base from ``rope_parameters`` (transformers 5) or ``rope_theta`` (older configs);
-    any RoPE scaling is refused, naming its key."""
-    scaling = config.get("rope_scaling")
-    if scaling is not None and (not isinstance(scaling, Mapping) or _rope_type(scaling) != "default"):
-        raise ValueError(
-            f"config['rope_scaling']: RoPE scaling is not modelled; expected none, got {scaling!r}"
-        )
-    params = config.get("rope_parameters")
-    if params is None:
-        return _number(config, "rope_theta", 10000.0)
-    if not isinstance(params, Mapping) or _rope_type(params) != "default":
-        raise ValueError(
-            f"config['rope_parameters']: expected rope_type 'default' (RoPE scaling is not modelled), "
-            f"got {params!r}"
-        )
-    return _number(params, "rope_theta", _number(config, "rope_theta", 10000.0))
-
-
-def _rope_type(params: Mapping[str, Any]) -> Any:
-    return params.get("rope_type", params.get("type", "default"))
-
-
-# ---------------------------------------------------------------- the weights
-
-
-@dataclass
-class LlamaLayerWeights:
-    """One block, every matrix stored [in, out] (applied as ``x @ W``). Shapes: norms [D];
-    w_q [D, H*K], w_k and w_v [D, Hkv*K], w_o [H*K, D]; w_gate and w_up [D, F], w_down [F, D];
-    with QK-norm (``config.qk_norm``) the gains q_norm_K and k_norm_K [K], else None."""
-
-    attn_norm_D: np.ndarray
-    w_q: np.ndarray
-    w_k: np.ndarray
-    w_v: np.ndarray
-    w_o: np.ndarray
-    mlp_norm_D: np.ndarray
-    w_gate: np.ndarray
-    w_up: np.ndarray
-    w_down: np.ndarray
-    q_norm_K: np.ndarray | None = None
-    k_norm_K: np.ndarray | None = None
-
-
-# Hugging Face names of a layer's weights, in LlamaLayerWeights' order; True: a Linear [out, in]
-_HF_LAYER = (
-    ("input_layernorm.weight", False), ("self_attn.q_proj.weight", True), ("self_attn.k_proj.weight", True),
-    ("self_attn.v_proj.weight", True), ("self_attn.o_proj.weight", True),
-    ("post_attention_layernorm.weight", False), ("mlp.gate_proj.weight", True),
-    ("mlp.up_proj.weight", True), ("mlp.down_proj.weight", True),
-    ("self_attn.q_norm.weight", False), ("self_attn.k_norm.weight", False),
-)  # fmt: skip
-
-
-def _layer_names(cfg: LlamaConfig) -> tuple[tuple[str, bool], ...]:
-    """The Hugging Face names of one layer's weights under ``cfg`` (QK-norm's two gains or not)."""
-    return _HF_LAYER if cfg.qk_norm else _HF_LAYER[:-2]
-
-
-@dataclass
-class LlamaWeights:
-    """Token embedding wte [V, D], the blocks, the final norm [D], and the LM head [V, D]
-    (the very same array as wte when the config ties them)."""
-
-    wte_VD: np.ndarray
-    layers: list[LlamaLayerWeights]
-    norm_D: np.ndarray
-    head_VD: np.ndarray
-
-    def arrays(self) -> Iterator[np.ndarray]:
-        yield from (self.wte_VD, self.norm_D)
-        if self.head_VD is not self.wte_VD:
-            yield self.head_VD
-        for layer in self.layers:
-            yield from (a for a in (getattr(layer, f.name) for f in fields(layer)) if a is not None)
-
-    def to_state_dict(self) -> dict[str, np.ndarray]:
-        """Hugging Face naming (``model.`` prefix, Linear weights [out, in]), as ``LlamaForCausalLM``
-        and ``Qwen3ForCausalLM`` name them."""
-        sd = {"model.embed_tokens.weight": self.wte_VD}
-        for i, layer in enumerate(self.layers):
-            for (name, is_linear), f in zip(_HF_LAYER, fields(layer), strict=True):
-                w = getattr(layer, f.name)
-                if w is not None:
-                    sd[f"model.layers.{i}.{name}"] = np.ascontiguousarray(w.T) if is_linear else w
-        sd["model.norm.weight"] = self.norm_D
-        sd["lm_head.weight"] = self.head_VD
-        return sd
-
-
-def _expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """Every key of a Hugging Face Llama state dict (no ``model.`` prefix) -> its shape."""
-    d, f, q, kv = cfg.d_model, cfg.d_ff, cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
-    shapes_in_order = [(d,), (q, d), (kv, d), (kv, d), (d, q), (d,), (f, d), (f, d), (d, f)]
-    shapes_in_order += [(cfg.d_head,), (cfg.d_head,)] if cfg.qk_norm else []
-    names = _layer_names(cfg)
-    layer = {name: shape for (name, _), shape in zip(names, shapes_in_order, strict=True)}
-    shapes = {"embed_tokens.weight": (cfg.vocab_size, d)}
-    for i in range(cfg.n_layers):
-        shapes |= {f"layers.{i}.{name}": shape for name, shape in layer.items()}
-    shapes["norm.weight"] = (d,)
-    if not cfg.tie_word_embeddings:
-        shapes["lm_head.weight"] = (cfg.vocab_size, d)
-    return shapes
-
-
-def _build(arrays: Mapping[str, np.ndarray], cfg: LlamaConfig) -> LlamaWeights:
-    """Arrays in Hugging Face naming and layout -> ``LlamaWeights`` (Linear weights transposed)."""
-
-    def get(key: str, is_linear: bool) -> np.ndarray:
-        return np.ascontiguousarray(arrays[key].T) if is_linear else arrays[key]
-
-    layers = [
-        LlamaLayerWeights(*(get(f"layers.{i}.{name}", lin) for name, lin in _layer_names(cfg)))
-        for i in range(cfg.n_layers)
-    ]
-    wte = arrays["embed_tokens.weight"]
-    head = wte if cfg.tie_word_embeddings else arrays["lm_head.weight"]
-    return LlamaWeights(wte, layers, arrays["norm.weight"], head)
 
 
 # ---------------------------------------------------------------- the steps, in walkthrough order
@@ -388,7 +139,6 @@ def attention(
     cache: KVCacheBase | None = None,
     plan: Plan | None = None,
     layer_index: int = 0,
-    trace: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """[T,D], [T] -> [T,D]: causal self-attention of T new tokens, queries and
     keys rotated by RoPE (after QK-norm, where the family has it).
@@ -401,21 +151,17 @@ def attention(
     """
     q_HTK = split_heads(x_TD @ layer.w_q, config.n_heads)
     k_new_HTK = split_heads(x_TD @ layer.w_k, config.n_kv_heads)
-    v_new_HTK = split_heads(x_TD @ layer.w_v, config.n_kv_heads)
+    v_HSK = split_heads(x_TD @ layer.w_v, config.n_kv_heads)
     if layer.q_norm_K is not None:  # QK-norm (Qwen3): q and k to unit RMS
         q_HTK = rms_norm(q_HTK, layer.q_norm_K, config.rms_norm_eps)
         k_new_HTK = rms_norm(k_new_HTK, layer.k_norm_K, config.rms_norm_eps)
     q_HTK = apply_rope(q_HTK, positions_T, config.rope_theta)
-    k_rot_HTK = apply_rope(k_new_HTK, positions_T, config.rope_theta)
-    k_HSK, v_HSK, mask_TS = store_kv(
-        cache, layer_index, k_rot_HTK, v_new_HTK, plan
-    )  # fmt: skip
-    record(trace, k_unrotated_HTK=k_new_HTK, q_HTK=q_HTK)
-    record(trace, k_HSK=k_HSK, v_HSK=v_HSK)
-    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, trace, mask_TS)
-    out_TD = merge_heads(o_HTK) @ layer.w_o
-    record(trace, o_HTK=o_HTK, attn_out_TD=out_TD)
-    return out_TD
+    k_HSK = apply_rope(k_new_HTK, positions_T, config.rope_theta)
+    mask_TS = None  # the plain causal mask
+    if cache is not None:  # store the rotated rows; read all S rows held
+        k_HSK, v_HSK, mask_TS = cache.update(layer_index, k_HSK, v_HSK, plan)
+    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, mask_TS)
+    return merge_heads(o_HTK) @ layer.w_o
 
 
 def block(
@@ -426,16 +172,12 @@ def block(
     cache: KVCacheBase | None = None,
     plan: Plan | None = None,
     layer_index: int = 0,
-    trace: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """[T,D], [T] -> [T,D]: x + attention(RMSNorm(x)), then x + SwiGLU(RMSNorm(x))."""
     eps = config.rms_norm_eps
     h_TD = rms_norm(x_TD, layer.attn_norm_D, eps)
-    x_TD = x_TD + attention(h_TD, layer, config, positions_T, cache, plan, layer_index, trace)
-    x_TD = x_TD + swiglu(rms_norm(x_TD, layer.mlp_norm_D, eps), layer)
-    if trace is not None:
-        trace["x_out_TD"] = x_TD
-    return x_TD
+    x_TD = x_TD + attention(h_TD, layer, config, positions_T, cache, plan, layer_index)
+    return x_TD + swiglu(rms_norm(x_TD, layer.mlp_norm_D, eps), layer)
 
 
 # ---------------------------------------------------------------- the model
@@ -448,6 +190,9 @@ class LlamaModel(NumpyDecoder):
     config class (``config_class``: ``LlamaConfig``, Qwen3's for ``Qwen3Model``)."""
 
     config_class = LlamaConfig
+    weights_class = LlamaWeights
+    traced = (block, attention, attention_core)  # what a trace reads (``tracing.capture_layers``)
+    trace_aliases = {"k_new_HTK": "k_unrotated_HTK"}  # the keys before RoPE turned them
 
     config: LlamaConfig
     weights: LlamaWeights
@@ -467,7 +212,7 @@ class LlamaModel(NumpyDecoder):
         std = check_scale("std", std)
         rng = np.random.default_rng(check_seed(seed))
         arrays = {}
-        for key, shape in _expected_shapes(config).items():
+        for key, shape in hf_shapes(config).items():
             base, scale = (1.0, 0.1) if key.endswith("norm.weight") else (0.0, std)  # norms: gains near 1
             with np.errstate(over="ignore"):  # an overflow becomes inf, reported below
                 arrays[key] = (base + scale * rng.standard_normal(shape)).astype(dtype)
@@ -476,7 +221,7 @@ class LlamaModel(NumpyDecoder):
                     f"std: expected draws that fit {dtype}, got std={std!r}, which puts inf in {key!r} "
                     f"(the largest {dtype} is {np.finfo(dtype).max:.4g})"
                 )
-        return cls(config, _build(arrays, config))
+        return cls(config, build_weights(arrays, config))
 
     @classmethod
     def from_state_dict(
@@ -514,7 +259,7 @@ class LlamaModel(NumpyDecoder):
             if short in sd:
                 raise ValueError(f"state_dict: key {key!r} given twice (with and without 'model.')")
             sd[short] = arr
-        expected = _expected_shapes(cfg)
+        expected = hf_shapes(cfg)
         missing = [k for k in expected if k not in sd]
         if missing:
             raise ValueError(f"state_dict: missing key {missing[0]!r} ({len(missing)} missing in all)")
@@ -537,7 +282,7 @@ class LlamaModel(NumpyDecoder):
                     "state_dict['lm_head.weight']: expected the token embedding embed_tokens.weight "
                     "(the config says tie_word_embeddings), got a different matrix"
                 )
-        return cls(cfg, _build(sd, cfg))
+        return cls(cfg, build_weights(sd, cfg))
 
     def to_state_dict(self) -> dict[str, np.ndarray]:
         """The weights in Hugging Face naming, ``model.`` prefix included."""
@@ -548,13 +293,10 @@ class LlamaModel(NumpyDecoder):
         """[T], [T] -> [T,D]: token rows alone (positions enter each block through RoPE)."""
         return embed_tokens(ids_T, self.weights.wte_VD)
 
-    def block(self, x_TD, layer_index, positions_T, cache, plan, trace=None, core=None):
-        """[T,D] -> [T,D]: block ``layer_index``, its q and k turned for ``positions_T``. A
-        replaced attention core (``core``: the book's wrong variants) is GPT-2's alone."""
-        if core is not None:
-            raise TypeError("core: expected None (a replaced attention core is GPT-2's), got a callable")
+    def block(self, x_TD, layer_index, positions_T, cache, plan):
+        """[T,D] -> [T,D]: block ``layer_index``, its q and k turned for ``positions_T``."""
         layer = self.weights.layers[layer_index]
-        return block(x_TD, layer, self.config, positions_T, cache, plan, layer_index, trace)
+        return block(x_TD, layer, self.config, positions_T, cache, plan, layer_index)
 
     def head(self, x_TD: np.ndarray) -> np.ndarray:
         """[T,D] -> [T,V]: the final RMSNorm, then the LM head (the embedding itself when tied)."""

@@ -10,6 +10,10 @@ commit.
 
 from __future__ import annotations
 
+import functools
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +22,9 @@ import numpy as np
 from ..caches.kv import ConcatKVCache, PreallocatedKVCache, check_cache, make_cache, start_position
 from ..caches.protocol import KVCacheBase, Plan
 from ..validate import check_int, check_max_new_tokens, check_temperature, check_token_id, check_token_ids
-from .steps import AttentionCore, sample
+from .steps import sample
+from .tracing import capture_layers
+from .weight_schema import check_logits
 
 __all__ = ["NumpyDecoder"]
 
@@ -29,11 +35,45 @@ class NumpyDecoder:
     ``decode_step``, ``logits_without_cache``, ``generate``) and ``first_layers``. A family
     supplies ``config`` (with ``vocab_size``, ``n_layers``, ``n_kv_heads``, ``d_head``,
     ``max_seq_len``), ``weights`` (with ``wte_VD``, ``layers`` and ``arrays()``) and three hooks:
-    ``embed(ids_T, positions_T)``, ``block(x_TD, layer_index, positions_T, cache, plan, trace,
-    core)`` and ``head(x_TD)``."""
+    ``embed(ids_T, positions_T)``, ``block(x_TD, layer_index, positions_T, cache, plan)`` and
+    ``head(x_TD)``."""
 
     config: Any
     weights: Any
+    config_class: type  # the family's config class (``GPT2Config``, ``LlamaConfig``, ...)
+    weights_class: type  # and its weights container, whose ``check(config)`` is the schema
+    traced: tuple[Callable[..., Any], ...]  # its block, its attention, the attention core
+    trace_aliases: dict[str, str] = {}  # local names a trace keeps under another name
+    core_module: Any = None  # the module whose ``attention_core`` a ``core=`` replaces
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "head" in cls.__dict__:  # every family's logits are checked finite as they come out
+            head = cls.__dict__["head"]
+
+            @functools.wraps(head)
+            def checked_head(self: Any, x_TD: np.ndarray) -> np.ndarray:
+                return check_logits(head(self, x_TD))
+
+            cls.head = checked_head
+
+    def __post_init__(self) -> None:
+        """The weights checked against the config (``weights.check``: every weight present, of
+        its shape, one floating NumPy dtype, finite, none beyond the config), whatever built them."""
+        if not isinstance(self.config, self.config_class):
+            raise TypeError(
+                f"config: expected a kvtutor {self.config_class.__name__}, got {type(self.config).__name__}"
+            )
+        if not isinstance(self.weights, self.weights_class):
+            want, got = self.weights_class.__name__, type(self.weights).__name__
+            raise TypeError(f"weights: expected a kvtutor {want}, got {got}")
+        for name, arr in self.weights.named().items():
+            if arr is not None and not isinstance(arr, np.ndarray):
+                raise TypeError(
+                    f"{name}: expected a NumPy array (a NumPy model; torch tensors go to the torch "
+                    f"twin), got {type(arr).__name__}"
+                )
+        self.weights.check(self.config)
 
     def embed(self, ids_T: np.ndarray, positions_T: np.ndarray) -> np.ndarray:
         """[T], [T] -> [T,D]: the family's input rows for tokens at ``positions_T``."""
@@ -46,8 +86,6 @@ class NumpyDecoder:
         positions_T: np.ndarray,
         cache: KVCacheBase | None,
         plan: Plan | None,
-        trace: dict[str, np.ndarray] | None = None,
-        core: AttentionCore | None = None,
     ) -> np.ndarray:
         """[T,D] -> [T,D]: one block, its keys and values stored under ``plan``."""
         raise NotImplementedError
@@ -62,19 +100,19 @@ class NumpyDecoder:
         ids_T: Any,
         cache: KVCacheBase | None = None,
         trace: list[dict] | None = None,
-        core: AttentionCore | None = None,
+        core: Callable[..., np.ndarray] | None = None,
         start: int | None = None,
     ) -> np.ndarray:
-        """[T] -> [T,V]: run T new tokens at positions len(cache) .. len(cache)+T-1:
-        plan the cache, run every block under the plan, commit it.
+        """[T] -> [T,V]: T new tokens at positions len(cache) .. len(cache)+T-1 (``run_pass``),
+        every argument checked first, and all or nothing: a pass that fails (non-finite logits
+        included) leaves the cache and its pool as they were (``cache.abort``).
 
-        Without a cache the tokens are the whole sequence (positions 0 .. T-1).
-        ``trace``, if a list, receives one dict of intermediate arrays per layer;
-        ``core``, if given, replaces the attention core of every layer; ``start``
-        numbers the tokens from another position (only to show what a wrong
-        position does: the keys still go to slots len(cache) onwards).
-
-        The book shows this in "Decode, step by step".
+        Without a cache the tokens are the whole sequence (positions 0 .. T-1). ``trace``, if a
+        list, receives one dict of intermediate arrays per layer (``tracing.capture_layers``);
+        ``core``, if given, ``core(layer, q_HTK, k_HSK, v_HSK) -> o_HTK``, replaces GPT-2's
+        attention core for this pass (the book's wrong variants; it sees no mask; not while
+        another thread runs GPT-2); ``start`` numbers the tokens from another position (only to
+        show what a wrong position does: the keys still go to slots len(cache) onwards).
         """
         cfg = self.config
         if cache is not None:
@@ -83,17 +121,59 @@ class NumpyDecoder:
         first = start_position(cache, len(ids_T), cfg.max_seq_len)
         if start is not None:
             first = check_int("start", start, 0, cfg.max_seq_len - len(ids_T))
-        plan = None if cache is None else cache.plan(len(ids_T), name="ids_T")
-        positions_T = np.arange(first, first + len(ids_T))
+        if trace is not None and not isinstance(trace, list):
+            raise TypeError(f"trace: expected None or a list to fill, got {type(trace).__name__}")
+        if core is not None and not callable(core):
+            raise TypeError(f"core: expected None or a callable attention core, got {type(core).__name__}")
+        if core is not None and self.core_module is None:
+            raise TypeError("core: expected None (a replaced attention core is GPT-2's), got a callable")
+        layers: list[dict] | None = None if trace is None else []
+        try:
+            with capture_layers(layers, self.traced[0], self.traced[1:], self.trace_aliases):
+                with self.replaced_core(core):
+                    logits_TV = self.run_pass(ids_T, first, cache)
+        except BaseException:
+            if cache is not None:
+                cache.abort()  # the plan the pass opened: what it took goes back
+            raise
+        if trace is not None:
+            trace.extend(layers)
+        return logits_TV
+
+    def run_pass(self, ids_T, start, cache):
+        """[T] -> [T,V]: T new tokens at positions start .. start+T-1: plan
+        where their keys go, run every block under the plan, commit it.
+
+        The book shows this in "Decode, step by step".
+        """
+        plan = None if cache is None else cache.plan(len(ids_T))
+        positions_T = np.arange(start, start + len(ids_T))
         x_TD = self.embed(ids_T, positions_T)
-        for i in range(cfg.n_layers):
-            layer_trace = {"x_in_TD": x_TD} if trace is not None else None
-            x_TD = self.block(x_TD, i, positions_T, cache, plan, layer_trace, core)
-            if trace is not None:
-                trace.append(layer_trace)
+        for i in range(self.config.n_layers):
+            x_TD = self.block(x_TD, i, positions_T, cache, plan)
+        logits_TV = self.head(x_TD)  # non-finite logits raise here
         if cache is not None:
-            cache.advance(plan)
-        return self.head(x_TD)
+            cache.advance(plan)  # only now do the lengths move
+        return logits_TV
+
+    @contextmanager
+    def replaced_core(self, core: Callable[..., np.ndarray] | None) -> Iterator[None]:
+        """Within: GPT-2's ``attention`` calls ``core(layer, q, k, v)`` where it calls
+        ``attention_core`` (its module's name is rebound, and put back on leaving)."""
+        if core is None:
+            yield
+            return
+        module, calls, n_layers = self.core_module, itertools.count(), self.config.n_layers
+        real = module.attention_core
+
+        def swapped(q_HTK, k_HSK, v_HSK, mask_TS=None):
+            return core(next(calls) % n_layers, q_HTK, k_HSK, v_HSK)
+
+        module.attention_core = swapped
+        try:
+            yield
+        finally:
+            module.attention_core = real
 
     def decode_step(
         self,
@@ -105,8 +185,6 @@ class NumpyDecoder:
         """one token id -> [V]: its q/k/v only; k/v written at position
         len(cache). ``position`` other than len(cache) is the off-by-one
         demonstration, never needed.
-
-        The book shows this in "Decode, step by step".
         """
         if cache is None:
             raise TypeError("cache: expected a KV cache from new_cache(), got None")

@@ -9,11 +9,9 @@ dimension key is in ``kvtutor.__doc__``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
-from ..caches.protocol import KVCacheBase, Plan, check_mask
 from ..validate import check_temperature
 
 __all__ = [
@@ -28,9 +26,6 @@ __all__ = [
     "attend",
     "merge_heads",
     "attention_core",
-    "AttentionCore",
-    "store_kv",
-    "record",
     "lm_head",
     "sample",
 ]
@@ -143,7 +138,6 @@ def attention_core(
     q_HTK: np.ndarray,
     k_HSK: np.ndarray,
     v_HSK: np.ndarray,
-    trace: dict[str, np.ndarray] | None = None,
     mask_TS: np.ndarray | None = None,
 ) -> np.ndarray:
     """[H,T,K], [Hkv,S,K], [Hkv,S,K] -> [H,T,K]: each of the T new queries
@@ -164,40 +158,7 @@ def attention_core(
     if mask_TS is None and n_new > 1:
         mask_TS = causal_mask(n_new, n_keys)
     a_HTS = attention_weights(scores_HTS, d_head, mask_TS)
-    if trace is not None:
-        trace.update(scores_HTS=scores_HTS, a_HTS=a_HTS)
     return attend(a_HTS, repeat_kv(v_HSK, group_size))
-
-
-#: A replacement for ``attention_core`` (the book's wrong variants):
-#: (layer index, q [H,T,K], k [Hkv,S,K], v [Hkv,S,K]) -> o [H,T,K].
-#: It is handed no mask, so it never sees a cache's own (a window's).
-
-
-AttentionCore = Callable[[int, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-
-def store_kv(
-    cache: KVCacheBase | None,
-    layer_index: int,
-    k_new_HTK: np.ndarray,
-    v_new_HTK: np.ndarray,
-    plan: Plan | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """[Hkv,T,K] x2 -> [Hkv,S,K] x2 and the mask: what the new queries attend to: the new rows
-    alone without a cache (S = T, causal), else the cache's answer after it stored them under
-    ``plan``, in one memory layout for every cache kind (the same summation path)."""
-    if cache is None:
-        return k_new_HTK, v_new_HTK, None
-    k_HSK, v_HSK, mask_TS = cache.update(layer_index, k_new_HTK, v_new_HTK, plan)
-    check_mask(mask_TS, k_new_HTK.shape[1], k_HSK.shape[1], cache)
-    return np.ascontiguousarray(k_HSK), np.ascontiguousarray(v_HSK), mask_TS
-
-
-def record(trace: dict[str, np.ndarray] | None, **arrays: np.ndarray) -> None:
-    """Copies of ``arrays`` into ``trace``, if one is kept (the book prints them)."""
-    if trace is not None:
-        trace.update({name: np.array(a) for name, a in arrays.items()})
 
 
 def lm_head(x_TD: np.ndarray, wte_VD: np.ndarray) -> np.ndarray:

@@ -23,8 +23,9 @@ from ..caches.protocol import KVCacheBase, Plan
 from ..caches.torch_kv import TorchConcatKVCache, TorchKVCache, TorchPreallocatedKVCache
 from ..validate import check_int, check_max_new_tokens
 from .cuda_graphs import bucket_for, compile_decode
-from .torch_mirror import as_rows, check_batch, lm_head, token_ids
+from .torch_mirror import as_rows, check_batch, lm_head, resolve_device_dtype, token_ids
 from .torch_weights import row_major
+from .weight_schema import check_logits
 
 __all__ = ["TorchDecoder"]
 
@@ -53,8 +54,29 @@ class TorchDecoder:
     # generate's graphed decode: ((batch, capacity), cache, step), kept for the next call
     _kept_decode: tuple[tuple[int, int], TorchPreallocatedKVCache, Callable[..., Any]] | None = None
 
+    numpy_class: type  # the NumPy twin: its config class and weights container are this family's
+
     def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
         raise NotImplementedError
+
+    def accept(self, config: Any, weights: Any, device: Any, dtype: Any) -> None:
+        """The first step of every family's constructor: ``config`` and ``weights`` of the NumPy
+        twin's classes, the weights checked against the config by the twin's one schema
+        (``weights.check``: every weight present, of its shape, one floating dtype, finite, none
+        beyond the config; NumPy arrays or torch tensors), a device present here and a dtype the
+        matmuls run in there. Then ``config``, ``device`` and ``dtype`` are set."""
+        twin = self.numpy_class
+        if not isinstance(config, twin.config_class):
+            raise TypeError(
+                f"config: expected a kvtutor {twin.config_class.__name__}, got {type(config).__name__}"
+            )
+        if not isinstance(weights, twin.weights_class):
+            raise TypeError(
+                f"weights: expected a kvtutor {twin.weights_class.__name__}, got {type(weights).__name__}"
+            )
+        self.device, self.dtype = resolve_device_dtype(device, dtype)
+        weights.check(config)
+        self.config = config
 
     # ------------------------------------------------------------ the family's hooks
     def positions(self, start: int | torch.Tensor, n_new: int) -> Any:
@@ -107,8 +129,16 @@ class TorchDecoder:
     def _run(
         self, ids_BT: torch.Tensor, cache: Any, plan: Plan | None, last_only: bool = False
     ) -> torch.Tensor:
-        """``run_pass``, then the plan committed."""
-        logits = self.run_pass(ids_BT, cache, plan, last_only)
+        """``run_pass`` and its logits checked finite (over the rows the plan writes), then the
+        plan committed; a pass that raises is aborted, leaving the cache as it was."""
+        try:
+            logits = self.run_pass(ids_BT, cache, plan, last_only)
+            rows = None if plan is None or plan.rows.size == plan.n_batch else plan.rows
+            check_logits(logits, rows)
+        except BaseException:
+            if cache is not None:
+                cache.abort(plan)
+            raise
         if cache is not None:
             cache.advance(plan)
         return logits
@@ -275,8 +305,16 @@ class TorchDecoder:
         cache, step = self._decode_steps(n_batch, n_positions, cache_kind, graphs)
         logits_B1V = self._run(ids_BT, cache, cache.plan(n_prompt), last_only=True)
         torch.argmax(logits_B1V[:, 0], dim=-1, out=out_NB[0])
+        finite = torch.ones((), dtype=torch.bool, device=self.device)  # on the device: no sync a step
         for i in range(1, n_new):
-            torch.argmax(step(out_NB[i - 1]), dim=-1, out=out_NB[i])
+            logits_BV = step(out_NB[i - 1])
+            finite &= torch.isfinite(logits_BV).all()
+            torch.argmax(logits_BV, dim=-1, out=out_NB[i])
+        if not bool(finite):  # a graphed step's logits, checked once at the end
+            raise ValueError(
+                "logits: expected finite numbers, got NaN or inf in a decode step: the weights or "
+                "the inputs overflow this model's dtype (no token is returned)"
+            )
         return out_NB.T.contiguous()
 
     def _decode_steps(

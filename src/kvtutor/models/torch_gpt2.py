@@ -21,6 +21,7 @@ from ..caches.protocol import Plan
 from ..text import TEXT_WIDTH, wrap_call
 from ..validate import check_seed
 from .config import GPT2Config
+from .gpt2 import GPT2Model
 from .gpt2_weights import GPT2Weights, LayerWeights, gpt2_state_dict, random_weights, weights_from_state_dict
 from .torch_base import TorchDecoder
 from .torch_mirror import (
@@ -153,11 +154,12 @@ class TorchGPT2Model(TorchDecoder):
     tensors.
     """
 
+    numpy_class = GPT2Model  # the NumPy twin: its config and weights (and their one schema)
+
     def __init__(
         self, config: GPT2Config, weights: GPT2Weights, device: Any = None, dtype: torch.dtype | None = None
     ) -> None:
-        self.config = config
-        self.device, self.dtype = resolve_device_dtype(device, dtype)
+        self.accept(config, weights, device, dtype)
         n_pad = WeightPacker.padded_rows(config.vocab_size, self.device)
         n_tensors = 4 + len(weights.layers) * len(fields(LayerWeights))
         pack = WeightPacker(self.device, self.dtype, config.n_params + n_pad * config.d_model, n_tensors)

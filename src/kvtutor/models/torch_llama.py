@@ -234,17 +234,8 @@ class TorchLlamaModel(TorchDecoder):
     def __init__(
         self, config: LlamaConfig, weights: LlamaWeights, device: Any = None, dtype: torch.dtype | None = None
     ) -> None:
-        config_class = self.numpy_class.config_class
-        if not isinstance(config, config_class):
-            raise TypeError(
-                f"config: expected a kvtutor.{config_class.__name__}, got {type(config).__name__}"
-            )
-        if not isinstance(weights, LlamaWeights):
-            raise TypeError(
-                f"weights: expected a kvtutor.models.llama.LlamaWeights, got {type(weights).__name__}"
-            )
-        self.config = cfg = config
-        self.device, self.dtype = resolve_device_dtype(device, dtype)
+        self.accept(config, weights, device, dtype)
+        cfg = config
         q_width, kv_width = cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
         widest = max(q_width + 2 * kv_width, 2 * cfg.d_ff, cfg.d_model)
         n_pad = WeightPacker.padded_rows(cfg.vocab_size, self.device)
