@@ -48,6 +48,9 @@ def is_torch_dtype(dtype: Any) -> bool:
 class NumpyOps:
     """Host arrays in a floating NumPy dtype."""
 
+    def __deepcopy__(self, memo: dict) -> Any:
+        return self  # no state but the dtype and device: a deep copy of a cache shares it
+
     backend = "numpy"
     device = "cpu"
 
@@ -100,6 +103,9 @@ class NumpyOps:
 
 class TorchOps:
     """Tensors in a floating torch dtype on one device."""
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        return self  # no state but the dtype and device: a deep copy of a cache shares it
 
     backend = "torch"
 
