@@ -24,6 +24,10 @@ PAGES = [page for _, pages in PARTS for page in pages]
 CHAPTERS = [p for caption, pages in PARTS if caption != "Reference" for p in pages if p.suffix == ".ipynb"]
 #: Pages without exercises: the overview is a picture, not a chapter to practise.
 NO_EXERCISES = {"overview"}
+#: Chapters that each read in one sitting (issue #44): the rooflines chapter, split in two, in
+#: fewer words than this each (the English edition's count).
+ONE_SITTING = ("rooflines", "rooflines_batch")
+ONE_SITTING_BUDGET = 1800
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
@@ -31,6 +35,14 @@ def test_no_page_is_longer_than_the_page_budget(page):
     assert page.exists(), f"_toc.yml names {page.name}, which does not exist"
     words = word_count.page_words(page)
     assert words <= word_count.PAGE_BUDGET, f"{page.name}: {words} words (at most {word_count.PAGE_BUDGET})"
+
+
+@pytest.mark.parametrize("stem", ONE_SITTING)
+def test_each_rooflines_chapter_reads_in_one_sitting(stem):
+    page = ROOT / "book" / f"{stem}.ipynb"
+    assert page in PAGES, f"_toc.yml does not name {page.name}"
+    words = word_count.page_words(page)
+    assert words < ONE_SITTING_BUDGET, f"{page.name}: {words} words (fewer than {ONE_SITTING_BUDGET})"
 
 
 def test_start_here_and_the_walkthrough_make_one_sitting():
