@@ -175,16 +175,6 @@ def _pages() -> dict[str, dict[str, str]]:
     return {path.stem: glued(path) for path in notebooks()}
 
 
-def test_every_quantity_has_one_value_on_every_page():
-    problems = value_problems(_pages())
-    assert not problems, "\n".join(problems)
-
-
-def test_no_quantity_is_glued_under_a_second_key():
-    problems = alias_problems(_pages())
-    assert not problems, "\n".join(problems)
-
-
 def test_no_page_types_a_quantity_by_hand():
     texts = {path.stem: markdown(path) for path in notebooks()}
     texts |= {path.stem: path.read_text(encoding="utf-8") for path in sorted(BOOK.glob("*.md"))}
@@ -436,13 +426,13 @@ def naming_problems(texts: dict[str, str], shared=SHARED) -> list[str]:
     return problems
 
 
-def test_every_shared_quantity_has_the_value_of_its_function():
-    problems = shared_problems(_pages())
-    assert not problems, "\n".join(problems)
-
-
-def test_no_shared_quantity_is_glued_under_a_second_key_with_a_second_value():
-    problems = near_problems(_pages())
+@pytest.mark.parametrize(
+    "check", [value_problems, alias_problems, shared_problems, near_problems], ids=lambda f: f.__name__
+)
+def test_every_quantity_has_one_key_and_one_value(check):
+    """Each check over every page's glued values: the registered quantities with one value on
+    every page, none under a second key, each shared one equal to its function, none glued twice."""
+    problems = check(_pages())
     assert not problems, "\n".join(problems)
 
 
