@@ -85,8 +85,8 @@ def test_device_time_by_category(table):
     assert by_cat["matrix products"] == pytest.approx(4818.0 + 341.467)
     assert by_cat["attention"] == pytest.approx(1740.0)
     assert by_cat["LayerNorm"] == pytest.approx(1176.0)
-    assert by_cat["where/mask"] == pytest.approx(379.225)
-    assert by_cat["index_copy"] == pytest.approx(610.901)
+    assert by_cat["masks"] == pytest.approx(379.225)
+    assert by_cat["cache writes"] == pytest.approx(610.901)
     assert 0.45 < by_cat["matrix products"] / table.self_device_total_us < 0.6  # "about half"
 
 
@@ -110,9 +110,9 @@ def test_device_time_beyond_total_is_rejected(table):
         ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_...", "attention"),
         ("aten::native_layer_norm", "LayerNorm"),
         ("void at::native::(anonymous namespace)::vectorized_layer_norm_kerne...", "LayerNorm"),
-        ("aten::where", "where/mask"),
-        ("aten::masked_fill_", "where/mask"),
-        ("aten::index_copy_", "index_copy"),
+        ("aten::where", "masks"),
+        ("aten::masked_fill_", "masks"),
+        ("aten::index_copy_", "cache writes"),
         ("aten::gelu", "other"),
         ("aten::add_", "other"),
         ("aten::mmx", "other"),
@@ -300,3 +300,26 @@ def test_plot_step_times(run):
         gpu_plots.plot_step_times(g.anchors(run["anchors"]))
     with pytest.raises(ValueError, match="configs"):
         gpu_plots.plot_step_times([])
+
+
+def test_every_row_of_the_recorded_table_has_plain_words(table):
+    words = {r.name: g.plain_words(r) for r in table.rows}
+    assert not any(w.split(",")[0] in g.CATEGORIES[-1:] for w in words.values()), words
+    assert words["aten::addmm"].startswith("weight product")
+    assert words["aten::index_copy_"] == "write the new key or value row"
+    kernels = [words[r.name] for r in table.kernels]
+    assert all(w.endswith("on the GPU") or "partial sums" in w for w in kernels), kernels
+    assert g.plain_words(g.ProfileRow("aten::gelu", 1, 1.0, 1.0)) == "other, PyTorch operator"
+    with pytest.raises(TypeError, match="row"):
+        g.plain_words("aten::addmm")
+
+
+def test_anchors_take_one_copy_bandwidth_for_every_fraction(run):
+    a = run["anchors"]
+    own = {(r.model, r.label): r.fraction_of_copy for r in g.anchors(a)}
+    twice = a["copy_bw"]["bytes_rw_per_s"] * 2
+    half = {(r.model, r.label): r.fraction_of_copy for r in g.anchors(a, copy_bw=twice)}
+    assert half.keys() == own.keys() and all(half[k] == pytest.approx(own[k] / 2) for k in own)
+    for bad in (0, -1.0, "4e12", True):
+        with pytest.raises(ValueError, match="copy_bw"):
+            g.anchors(a, copy_bw=bad)

@@ -406,6 +406,13 @@ def test_preemption_under_pressure_still_finishes_everything():
     model = make_model(max_seq_len=32)
     real = simulate_trace(trace, "paged", capacity_tokens=40, max_seq_len=32, block_size=4, model=model)
     assert (real.reserved, real.preemptions) == (r.reserved, r.preemptions)
+    # every preemption is paid for by one readmission that prefills its tokens again: its prompt
+    # and what it had generated
+    assert len(r.recomputed_tokens) == r.preemptions and min(r.recomputed_tokens) >= 10
+    assert sum(r.first_prefill_tokens) == 6 * 10
+    assert sum(r.first_prefill_tokens) + sum(r.recomputed_tokens) == r.prefill_tokens
+    assert real.recomputed_tokens == r.recomputed_tokens
+    assert simulate_trace(trace, "contiguous", 40, 32).recomputed_tokens == []
 
 
 def test_trace_errors():

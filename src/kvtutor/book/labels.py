@@ -185,7 +185,8 @@ ZH: dict[str, str] = {
     "cache length (tokens)": "缓存长度（词元）",
     "reserved": "已预留",
     "used (tokens in cache)": "已用（缓存中的词元）",
-    "where/mask": "where/mask",
+    "masks": "掩码",
+    "cache writes": "缓存写入",
     # ---- flash attention
     "scores, block by block": "分数，逐块",
     "plain: scores, softmax, A V": "普通：分数、softmax、A V",

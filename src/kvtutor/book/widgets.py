@@ -120,7 +120,10 @@ def _cost(cost: Cost) -> dict[str, int]:
 
 def _costs(model: GPT2Model, n_prompt: int, n_steps: int) -> list[dict[str, Any]]:
     """Per generated token (the prefill's, then each decode step's): its pass with the cache and
-    without one, and the totals so far (``measure.costs.generation_costs``, in the model's dtype)."""
+    without one, and the totals so far (``measure.costs.generation_costs``, in the model's dtype).
+    The prefill counts the last row's logits only, as generation needs them: the prefill page's
+    ``prefill_last_flops``, not its ``prefill_flops`` of every row (tests/test_quantities.py
+    checks the stored stepper against the pages' glued counts)."""
     nbytes = model.weights.wte_VD.dtype.itemsize
     cached = generation_costs(model.config, n_prompt, n_steps + 1, True, dtype=nbytes)
     recompute = generation_costs(model.config, n_prompt, n_steps + 1, False, dtype=nbytes)

@@ -256,8 +256,8 @@ def generation_costs(
             cost = forward_cost(
                 cfg, p + i, 0, batch_size, dtype, cached=False, all_logits=False
             )  # fmt: skip
-        elif i == 0:
-            cost = forward_cost(cfg, p, 0, batch_size, dtype, all_logits=False)
+        elif i == 0:  # the prefill, the last row's logits only
+            cost = prefill_cost(cfg, p, batch_size, dtype, all_logits=False)
         else:
             cost = decode_cost(cfg, p + i, batch_size, dtype)
         out.append(cost)
@@ -317,8 +317,7 @@ def ridge_batch(
     crosses the balance r at B = r W / (a - r c). ``math.inf`` when a <= r c:
     the KV reads alone keep the step memory-bound at any batch.
 
-    The book shows this in "Rooflines: measuring compute-bound and
-    memory-bound".
+    The book shows this in "Rooflines: decode as the batch grows".
     """
     balance = machine_balance(peak_flops, bandwidth)
     one = decode_cost(config, context_len, 1, dtype)

@@ -27,6 +27,7 @@ __all__ = [
     "parse_time_us",
     "parse_kernel_table",
     "category",
+    "plain_words",
     "fixed_cost_fit",
     "Anchor",
     "anchors",
@@ -185,15 +186,15 @@ def parse_kernel_table(text: str) -> KernelTable:
 # ---------------------------------------------------------------- kinds of work
 
 #: the kinds of work the chapter splits a decode step's device time into
-CATEGORIES = ("matrix products", "attention", "LayerNorm", "where/mask", "index_copy", "other")
+CATEGORIES = ("matrix products", "attention", "LayerNorm", "masks", "cache writes", "other")
 
 _PATTERNS = (  # first match wins: attention before products (cuDNN's attention names say "wmma")
     ("attention", r"attention|sdpa|flash|fmha"),
     ("matrix products", r"aten::(?:add|baddb|b)?mm\b|aten::(?:add)?mv\b|aten::linear|aten::matmul|gemm|gemv"),
     ("matrix products", r"nvjet|cutlass|cublas|xmma"),  # kernels: cuBLAS's and CUTLASS's names
     ("LayerNorm", r"layer_?norm"),
-    ("where/mask", r"aten::where|masked_fill"),
-    ("index_copy", r"index_copy"),
+    ("masks", r"aten::where|masked_fill"),
+    ("cache writes", r"index_copy"),
 )
 
 
@@ -204,6 +205,41 @@ def category(name: str) -> str:
         if re.search(pattern, lowered):
             return cat
     return "other"
+
+
+#: What a row of the table does, in plain words: (pattern of its name, words), first match wins.
+#: A PyTorch operator (``aten::...``) runs on the host and launches kernels, which run on the GPU.
+_PLAIN = (
+    (r"^aten::linear$", "weight product (PyTorch's call)"),
+    (r"^aten::addmm$", "weight product, plus its bias"),
+    (r"^aten::(?:matmul|mm)$", "LM head: one row times the vocabulary"),
+    (r"^nvjet.*splitk", "weight product, split into partial sums"),
+    (r"^(?:nvjet|cutlass|ampere|sm\d+_xmma|gemm)", "weight product, on the GPU"),
+    (r"^aten::scaled_dot_product_attention$", "attention (PyTorch's call)"),
+    (r"^aten::_scaled_dot_product_\w*attention$", "attention, handed to cuDNN"),
+    (r"^aten::_cudnn_attention_forward$", "attention, cuDNN's own"),
+    (r"^cudnn|sdpa|flash|fmha", "attention, on the GPU"),
+    (r"^aten::layer_norm$", "LayerNorm (PyTorch's call)"),
+    (r"^aten::native_layer_norm$", "LayerNorm"),
+    (r"layer_norm", "LayerNorm, on the GPU"),
+    (r"^aten::where$", "mask: a score, or minus infinity"),
+    (r"^aten::index_copy_$", "write the new key or value row"),
+    (r"index_elementwise_kernel", "write a row, on the GPU"),
+    (r"elementwise_kernel", "mask, on the GPU"),
+)
+
+
+def plain_words(row: ProfileRow) -> str:
+    """What a row of the profiler's table does, in words a reader knows ("weight product, on the
+    GPU" for cuBLAS's ``nvjet_sm90_...`` kernels); its category and where it runs when no finer
+    description fits."""
+    if not isinstance(row, ProfileRow):
+        raise TypeError(f"row: expected a ProfileRow (KernelTable.rows), got {type(row).__name__}")
+    lowered = row.name.lower()
+    for pattern, words in _PLAIN:
+        if re.search(pattern, lowered):
+            return words
+    return f"{category(row.name)}, {'on the GPU' if row.is_kernel else 'PyTorch operator'}"
 
 
 def fixed_cost_fit(points: Iterable[tuple[float, float, float]]) -> tuple[float, float]:
@@ -268,10 +304,17 @@ _ANCHORS = (
 )
 
 
-def anchors(anchor_json: Mapping[str, Any], model: str | None = None) -> list[Anchor]:
+def anchors(
+    anchor_json: Mapping[str, Any], model: str | None = None, copy_bw: float | None = None
+) -> list[Anchor]:
     """The anchor script's JSON -> its configurations, fastest first (only ``model``'s, "1.3B" or
-    "6.7B", when given). Sections the run skipped or failed are left out."""
-    copy_bw = float(anchor_json["copy_bw"]["bytes_rw_per_s"])
+    "6.7B", when given). Sections the run skipped or failed are left out. Fractions are of
+    ``copy_bw`` (bytes per second; by default the script's own copy, ``anchor_json["copy_bw"]``):
+    the book passes ``recorded.h200_copy_bandwidth()``, the one H200 bandwidth it quotes."""
+    if copy_bw is None:
+        copy_bw = float(anchor_json["copy_bw"]["bytes_rw_per_s"])
+    elif isinstance(copy_bw, bool) or not isinstance(copy_bw, (int, float)) or not copy_bw > 0:
+        raise ValueError(f"copy_bw: expected bytes per second > 0, got {copy_bw!r}")
     model_bytes = int(anchor_json["model"]["weight_bytes"])
     out = []
     for section, key, label, size, whose in _ANCHORS:

@@ -89,8 +89,7 @@ def fit_knee(batches: Sequence[int], times_s: Sequence[float]) -> KneeFit:
     sum(((fixed + B_i x per) - t_i) / t_i)^2, which is linear in (fixed, per),
     so the 2 x 2 normal equations give it exactly.
 
-    The book shows this in "Rooflines: measuring compute-bound and
-    memory-bound".
+    The book shows this in "Rooflines: decode as the batch grows".
     """
     b, t = _check_sweep(batches, times_s)
     # rows (1 / t_i, B_i / t_i) . (fixed, per) ~ 1

@@ -10,6 +10,10 @@ result is checked against the bench schema (``kvtutor.measure.schema``) as it is
   while no such run has been recorded.
 - ``h200_run()``: one H200 run of an earlier commit (bench, anchors, kernel table, test log), kept
   as it was measured; its ``commit`` and ``date`` say which code it timed.
+
+A quantity that several pages quote comes from one function here, so that it has one value:
+``h200_copy_bandwidth()`` (the recorded H200's copy bandwidth) and ``batch1_decode_share(run,
+model)`` (a batch-1 decode step against the GEMV bandwidth of its run).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ __all__ = [
     "run_json",
     "run_day",
     "cpu_name",
+    "h200_copy_bandwidth",
+    "batch1_decode_share",
 ]
 
 RUNS = "data/runs"
@@ -152,3 +158,38 @@ def run_day(timestamp: str) -> str:
 def cpu_name(name: str) -> str:
     """A CPU's name as the pages print it: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
     return re.sub(r"\(R\)|\(TM\)| Processor| CPU", "", name).strip()
+
+
+def h200_copy_bandwidth() -> float:
+    """The recorded H200's memory bandwidth in bytes per second, a 1 GiB device-to-device copy
+    counting the bytes read and written: the bench's ceiling (``ceilings["bandwidth"]``), which
+    its roofline predictions divide by. The anchor script (``h200_run()["anchors"]``) timed a copy
+    of its own in the same run and got 0.3% more; every H200 rate the book states is divided by
+    this one value instead."""
+    ceilings = h200_run()["bench"]["ceilings"]
+    if ceilings.get("bandwidth_source") != "copy":
+        raise ValueError(f"{RUNS}/{H200_RUN['folder']}: expected a copy bandwidth ceiling, "
+                         f"got {ceilings.get('bandwidth_source')!r}")  # fmt: skip
+    return float(ceilings["bandwidth"])
+
+
+def batch1_decode_share(run: dict[str, Any], model: str) -> float:
+    """A recorded CPU run's batch-1 decode step of ``model`` against the GEMV bandwidth of the same
+    run: the bytes it read per second over those of BLAS's matrix-vector product.
+
+    The run timed batch 1 for two models: its ``sizes["roofline_model"]`` (GPT-2 small) as the
+    first point of its decode sweep, every byte the cost model counts (weights, keys and values) over
+    the run's GEMV ceiling; and its ``sizes["bandwidth_model"]`` (gpt2-medium) in the bandwidth
+    experiment, the weight bytes over a GEMV timed in alternating rounds (``ratio_to_gemv``)."""
+    if not isinstance(run, dict) or not isinstance(run.get("sizes"), dict):
+        raise TypeError(f"run: expected a recorded CPU run (cpu_bench()), got {type(run).__name__}")
+    sizes = run["sizes"]
+    if model == sizes.get("roofline_model"):
+        point = run["decode_sweep"]["points"][0]
+        if point["batch_size"] != 1:
+            raise ValueError(f"run: its decode sweep starts at batch {point['batch_size']}, not 1")
+        return float(point["bytes"] / point["time"]["median_s"] / run["ceilings"]["bandwidth"])
+    if model == sizes.get("bandwidth_model"):
+        return float(run["decode_bandwidth"]["ratio_to_gemv"])
+    known = [sizes.get("roofline_model"), sizes.get("bandwidth_model")]
+    raise ValueError(f"model: expected one of the models the run timed at batch 1, {known}, got {model!r}")

@@ -124,8 +124,10 @@ class TraceResult:
     Prefills: ``prompt_tokens`` positions were prefilled in all (recomputations after preemption
     included), ``cached_tokens`` of them came from the prefix cache. Request i's first prefill,
     the one before its first token, computed ``first_prefill_tokens[i]`` positions and took
-    ``first_cached_tokens[i]`` from the cache. With a model, ``outputs[i]`` are request i's
-    generated tokens.
+    ``first_cached_tokens[i]`` from the cache. Every readmission after a preemption prefilled
+    again, in order, ``recomputed_tokens`` positions (its prompt and the tokens it had generated,
+    less any found cached): the work preemption costs. With a model, ``outputs[i]`` are request
+    i's generated tokens.
     """
 
     scheme: str
@@ -142,6 +144,7 @@ class TraceResult:
     evictions: int = 0
     first_prefill_tokens: list[int] = field(default_factory=list)
     first_cached_tokens: list[int] = field(default_factory=list)
+    recomputed_tokens: list[int] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
 
     @property
@@ -359,6 +362,8 @@ class _Replay:
         if live.generated == 0:
             result.first_prefill_tokens[live.index] = live.length - cached
             result.first_cached_tokens[live.index] = cached
+        else:  # readmitted after a preemption
+            result.recomputed_tokens.append(live.length - cached)
         live.generated = max(live.generated, 1)
 
     def take_memory(self, live: _Live) -> int:
