@@ -253,6 +253,36 @@ def test_every_displayed_function_fits_the_code_column(notebook, title, dotted, 
     assert not long, f"{notebook}: {dotted} shows lines over 80 columns:\n" + "\n".join(long)
 
 
+#: The walkthrough: the pages a learner reads as the mechanism, step by step.
+WALKTHROUGH = ("prefill", "decode", "side_by_side", "layers")
+#: What a walkthrough function must not show: argument checks, the backend layer, the book's hooks.
+MACHINERY = re.compile(r"\braise\b|\bcheck_\w+\(|isinstance\(|self\.ops\b|\btrace\b|\bcore\b")
+WALKED = [d for d in DISPLAYED if d[0] in WALKTHROUGH]
+
+
+@pytest.mark.parametrize(
+    ("notebook", "title", "dotted", "imports"), WALKED, ids=[f"{n}:{d}" for n, _, d, _ in WALKED]
+)
+def test_the_walkthrough_shows_the_mechanism_alone(notebook, title, dotted, imports):
+    """A function the walkthrough displays reads as the mechanism in at most 30 lines: its
+    checks and the book's hooks live in the public entry point around it, not in what is shown."""
+    from kvtutor.book.display import show_source
+
+    shown = show_source(_resolve(dotted, imports)).data.removeprefix("```python\n").removesuffix("\n```")
+    machinery = [line for line in shown.splitlines() if MACHINERY.search(line)]
+    assert not machinery, f"{notebook}: {dotted} shows machinery:\n" + "\n".join(machinery)
+    assert len(shown.splitlines()) <= 30, f"{notebook}: {dotted} shows {len(shown.splitlines())} lines"
+
+
+def test_the_walkthrough_check_bites():
+    assert WALKED and {d[0] for d in WALKED} >= {"prefill", "decode"}
+    assert MACHINERY.search("        layer, k, v = self.check_update(layer, k, v, plan)")
+    assert MACHINERY.search("    record(trace, q_HTK=q_HTK)") and MACHINERY.search(
+        "core: AttentionCore = None"
+    )
+    assert not MACHINERY.search("    o_HTK = attention_core(q_HTK, k_HSK, v_HSK, mask_TS)")
+
+
 # ------------------------------------------------------------------ the layers of the package
 
 #: The package's parts, lowest first. A module imports only from its own layer or a lower one

@@ -151,7 +151,7 @@ class NumpyDecoder:
         x_TD = self.embed(ids_T, positions_T)
         for i in range(self.config.n_layers):
             x_TD = self.block(x_TD, i, positions_T, cache, plan)
-        logits_TV = self.head(x_TD)  # non-finite logits raise here
+        logits_TV = self.head(x_TD)  # NaN or inf logits stop the pass here
         if cache is not None:
             cache.advance(plan)  # only now do the lengths move
         return logits_TV
