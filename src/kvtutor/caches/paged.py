@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from ..validate import check_int
 from .backend import ops_for
@@ -301,11 +302,12 @@ class PagedKVCache(OneSequenceCache):
 
         The book shows this in "A paged KV cache".
         """
+        xp = array_namespace(buf_LNHPK)  # NumPy, or torch for a torch model
         blocks = self.block_table[: self.n_blocks_needed(length)]
         x_NHPK = buf_LNHPK[layer, blocks]
-        x_HNPK = self.ops.permute(x_NHPK, 1, 0, 2, 3)  # (H, n, P, K)
+        x_HNPK = xp.permute_dims(x_NHPK, (1, 0, 2, 3))  # (H, n, P, K)
         n_positions = len(blocks) * self.pool.block_size
-        x_HSK = x_HNPK.reshape(self.n_kv_heads, n_positions, self.d_head)
+        x_HSK = xp.reshape(x_HNPK, (self.n_kv_heads, n_positions, self.d_head))
         return x_HSK[:, :length]
 
     def read(self, which: str, layer: int) -> Any:

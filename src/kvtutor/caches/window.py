@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from ..validate import check_int, check_max_new_tokens, check_token_ids
 from .kv import OneSequenceCache, PreallocatedKVCache, model_cache_shape
@@ -190,13 +191,13 @@ class SlidingWindowKVCache(OneSequenceCache):
 
         The book shows this in "Smaller caches: windows, sinks and int8".
         """
-        old_S = self.attended_positions(plan.n_new)[: -plan.n_new]
-        slots_S = self.slots(old_S)
-        # copies: the caller may reuse its arrays
-        k_HTK, v_HTK = self.ops.cast(k_HTK), self.ops.cast(v_HTK)
-        plan.staged[layer] = (k_HTK, v_HTK)
-        k_HSK = self.ops.cat([self.k_LHWK[layer][:, slots_S], k_HTK], axis=1)
-        v_HSK = self.ops.cat([self.v_LHWK[layer][:, slots_S], v_HTK], axis=1)
+        xp = array_namespace(k_HTK)  # NumPy, or torch for a torch model
+        slots_S = self.slots(self.attended_positions(plan.n_new)[: -plan.n_new])
+        k_HTK = xp.asarray(k_HTK, copy=True)  # the caller may reuse its arrays
+        v_HTK = xp.asarray(v_HTK, copy=True)
+        plan.staged[layer] = (k_HTK, v_HTK)  # they enter the ring at advance
+        k_HSK = xp.concat([self.k_LHWK[layer][:, slots_S], k_HTK], axis=1)
+        v_HSK = xp.concat([self.v_LHWK[layer][:, slots_S], v_HTK], axis=1)
         return k_HSK, v_HSK, plan.mask
 
     def _commit(self, plan: Plan) -> None:
