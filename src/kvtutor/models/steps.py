@@ -149,8 +149,8 @@ def attention_core(
     queries are the last T of the S keys), and one query row (decode) needs
     no mask at all: it may see every key.
 
-    The book shows this in "Sharing keys and values: MHA, GQA and MQA",
-    "Prefill, step by step" and "Smaller caches: windows, sinks and int8".
+    The book shows this in "Sharing keys and values: MHA, GQA and MQA" and
+    "Smaller caches: windows, sinks and int8".
     """
     n_heads, n_new, d_head = q_HTK.shape
     group_size, n_keys = n_heads // k_HSK.shape[0], k_HSK.shape[1]
