@@ -31,6 +31,7 @@ def _load(name: str, path: Path):
 
 i18n = _load("kvtutor_tools_i18n", ROOT / "tools" / "i18n.py")
 ext = _load("kvtutor_i18n_ext", ROOT / "tools" / "sphinxext" / "kvtutor_i18n.py")
+search = _load("kvtutor_search_ext", ROOT / "tools" / "sphinxext" / "kvtutor_search.py")
 CATALOGS = i18n.po_files()
 INCOMPLETE = i18n.incomplete(CATALOGS)
 
@@ -214,3 +215,38 @@ def test_every_message_is_translated():
     assert CATALOGS, f"no catalogs in {i18n.LOCALES}"
     heading = "untranslated or fuzzy messages (translate them in the .po files):"
     assert not INCOMPLETE, "\n".join([heading, *INCOMPLETE])
+
+
+# ---------------------------------------------------------------- the Chinese edition's search
+
+
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        ("预填充", ["预填", "填充"]),
+        ("投机解码让小模型起草", ["投机", "机解", "解码", "码让", "让小", "小模", "模型", "型起", "起草"]),
+        ("层", ["层"]),
+        ("KV缓存（prefix_cache）", ["KV", "缓存", "prefix_cache"]),
+        ("ＫＶ 缓存２", ["KV", "缓存", "2"]),  # full-width letters and digits: NFKC
+        ("𠀀𠀁", ["𠀀𠀁"]),  # beyond the Basic Multilingual Plane: one pair of two characters
+        ("café, 3 个词元。", ["café", "3", "个词", "词元"]),
+    ],
+)
+def test_the_search_cuts_chinese_runs_into_overlapping_pairs(text, terms):
+    assert search.split_terms(text) == terms
+
+
+def test_a_term_is_found_wherever_it_stands():
+    """Every pair of a term is among a text's terms wherever the term stands in a run: the
+    property jieba's words lacked (it cut 预填充 into 预 and 填充, and 词元 differently by context)."""
+    for term in ("预填充", "投机解码", "前缀缓存", "连续批处理", "词元"):
+        for text in (term, f"在{term}阶段", f"新{term}。", f"{term}的"):
+            assert set(search.split_terms(term)) <= set(search.split_terms(text)), (term, text)
+
+
+def test_the_search_language_indexes_lone_characters_and_keeps_them_unstemmed():
+    lang = search.SearchChinese({})
+    assert lang.split("连续批处理 caching") == ["连续", "续批", "批处", "处理", "caching"]
+    assert lang.word_filter("层") and not lang.word_filter("a")
+    assert lang.stem("解码") == "解码" and lang.stem("caching") == "cach"
+    assert search.is_han("𠀀层") and not search.is_han("KV缓存") and not search.is_han("")

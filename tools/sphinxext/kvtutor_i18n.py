@@ -13,8 +13,9 @@ the English edition into _build/html and the Chinese one, from the same sources 
   like prose; outputs are computed, shared by both editions, and stay as the code printed them.
   Nor do display math ($$...$$) and raw HTML blocks, which Sphinx would extract (KeepOutOfCatalogs);
 - {glue:text} and {glue} work inside translated messages (TranslatedGlue below), and so do the
-  captions of the parts of the table of contents (TranslateTocCaptions);
-- the Chinese search index is built without Sphinx 7's quadratic cost (SearchChinese below).
+  captions of the parts of the table of contents (TranslateTocCaptions).
+
+The Chinese edition's search is kvtutor_search.py's.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from myst_nb.ext.glue import roles as glue_roles
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.locale import init as init_locale
-from sphinx.search import zh
 from sphinx.transforms import SphinxTransform
 from sphinx.util.i18n import docname_to_domain
 
@@ -172,32 +172,6 @@ class TranslatedPasteRoleAny(TranslatedGlue, glue_roles.PasteRoleAny):
     """{glue} and {glue:any}, also in translated messages."""
 
 
-class _LatinTerms(list):
-    """A list of words that answers `in` from a set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[str] = set()
-
-    def extend(self, terms: Any) -> None:
-        terms = list(terms)
-        super().extend(terms)
-        self._seen.update(terms)
-
-    def __contains__(self, term: object) -> bool:
-        return term in self._seen
-
-
-class SearchChinese(zh.SearchChinese):
-    """Sphinx 7.4's Chinese search language, whose `stem` looks every word up in a list of all the
-    Latin words seen so far: quadratic, 10 s of CPU for this book, more than the rest of the
-    build. The same index, with the lookup in a set."""
-
-    def init(self, options: dict[str, str]) -> None:
-        super().init(options)
-        self.latin_terms = _LatinTerms()
-
-
 def setup(app: Sphinx) -> dict[str, Any]:
     app.setup_extension("myst_nb")  # its glue domain, whose roles are replaced here
     app.add_role_to_domain("glue", "text", TranslatedPasteTextRole(), override=True)
@@ -207,5 +181,4 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(KeepOutOfCatalogs)
     app.add_transform(TranslateTocCaptions)
     app.connect("html-page-context", add_edition_switch)
-    app.add_search_language(SearchChinese)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
