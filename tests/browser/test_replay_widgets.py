@@ -194,9 +194,8 @@ POSITION = {
     "zh": re.compile(r"^第 (\d+) 步（步号 0\u2013(\d+)）$"),
 }
 #: A count of one with a plural noun ("1 tokens"), in the English edition.
-ONE_PLURAL = re.compile(
-    r"(?<![\d.,])1 (?:(?!of )[a-z]+ )?(tokens|slots|steps|requests|blocks|preemptions|evictions|positions|prompts)\b"
-)
+PLURALS = "tokens|slots|steps|requests|blocks|preemptions|evictions|positions|prompts"
+ONE_PLURAL = re.compile(rf"(?<![\d.,])1 (?:(?!of )[a-z]+ )?({PLURALS})\b")
 
 
 def check_words(shown: list[dict], run: dict, lang: str, where: str) -> list[str]:
