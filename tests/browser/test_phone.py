@@ -18,19 +18,10 @@ Both editions; the page itself never scrolls sideways. Run with `make browser` (
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 pytestmark = pytest.mark.browser
 
-_spec = importlib.util.spec_from_file_location(
-    "_kvtutor_widget_checks", Path(__file__).with_name("widget_checks.py")
-)
-assert _spec is not None and _spec.loader is not None
-checks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(checks)
 
 PHONE = {"width": 390, "height": 844}
 EDITIONS = ["", "zh/"]
@@ -83,20 +74,13 @@ COLUMNS_HIDDEN = """(root) => {
   return out;
 }"""
 
-PICK = """(root, picks) => {
-  for (const [name, value] of picks) {
-    const control = root.querySelector(`[data-field="${name}"]`);
-    control.value = value;
-    control.dispatchEvent(new Event("change", {bubbles: true}));
-  }
-  return root.querySelector(".kvw-root").dataset.run;
-}"""
 SIDEWAYS = "() => document.documentElement.scrollWidth > document.documentElement.clientWidth + 1"
 WIDGET = '.kvtutor-widget[data-kvtutor-widget="{}"]'
 
 
 def open_page(request, path: str):
     site, context = request.getfixturevalue("site"), request.getfixturevalue("browser_context")
+    checks = request.getfixturevalue("checks")
     if not (checks.HTML / path).is_file():
         pytest.fail(f"no built {path}: run `make book` first (or `make browser`)")
     return checks.opened(context, f"{site}/{path}")
@@ -149,7 +133,7 @@ def test_no_column_of_a_replay_is_cut_on_a_phone(widget, edition, request):
                 picks = [["trace", run["trace"]], ["policy", run["policy"]], ["budget", budget]]
             else:
                 picks = [["trace", run["trace"]], ["prefix", "on" if run["prefix_caching"] else "off"]]
-            if root.evaluate(PICK, picks) != run["id"]:
+            if page.evaluate(request.getfixturevalue("checks").PICK, [root, picks]) != run["id"]:
                 problems.append(f"{widget}: could not pick {run['id']}")
                 continue
             # a busy step: requests in every state, times in every column (Next stops at the end)

@@ -50,14 +50,7 @@ def exports() -> dict:
 
 # ---------------------------------------------------------------- playing a run in the page
 
-PICK = """([root, picks]) => {
-  for (const [name, value] of picks) {
-    const control = root.querySelector(`[data-field="${name}"]`);
-    control.value = value;
-    control.dispatchEvent(new Event("change", {bubbles: true}));
-  }
-  return root.querySelector(".kvw-root").dataset.run;
-}"""
+PICK = checks.PICK
 #: Every step of the run on show, from Start to the end, as the page draws it.
 PLAY = """(root) => {
   const node = root.querySelector(".kvw-root");

@@ -13,7 +13,8 @@ the English edition into _build/html and the Chinese one, from the same sources 
   like prose; outputs are computed, shared by both editions, and stay as the code printed them.
   Nor do display math ($$...$$) and raw HTML blocks, which Sphinx would extract (KeepOutOfCatalogs);
 - {glue:text} and {glue} work inside translated messages (TranslatedGlue below), and so do the
-  captions of the parts of the table of contents (TranslateTocCaptions).
+  captions of the parts of the table of contents (TranslateTocCaptions);
+- in the Chinese edition, what code cells print is shown in Chinese (TranslatePrintedOutputs).
 
 The Chinese edition's search is kvtutor_search.py's.
 """
@@ -93,6 +94,44 @@ class KeepOutOfCatalogs(SphinxTransform):
                     node["translatable"] = False
         for node in self.document.findall(lambda n: isinstance(n, (nodes.math_block, nodes.raw))):
             node["translatable"] = False
+
+
+class TranslatePrintedOutputs(SphinxTransform):
+    """In the Chinese edition, what code cells printed (their stream and plain-text outputs) in
+    Chinese, line by line, by kvtutor.book.printed (the stored outputs, which nbval compares, stay
+    in English). Each becomes the HTML Sphinx would write for it, with every run of Chinese
+    characters two columns wide per character, so that printed tables stay aligned. Errors
+    (tracebacks) and stderr stay as printed."""
+
+    default_priority = 6
+
+    def apply(self, **kwargs: Any) -> None:
+        if edition(self.config.language) != TRANSLATED_LANGUAGE:
+            return
+        from kvtutor.book.printed import chinese_output, printed_html
+
+        for container in self.document.findall(nodes.container):
+            if container.get("nb_element") != "cell_code_output":
+                continue
+            for block in list(container.findall(nodes.literal_block)):
+                classes = block.get("classes", [])
+                if (
+                    "output" not in classes
+                    or not {"stream", "text_plain"} & set(classes)
+                    or "stderr" in classes
+                ):
+                    continue
+                text = block.astext()
+                zh, _ = chinese_output(text)
+                if zh == text or "\x1b[" in text:
+                    continue
+                language = block.get("language", "none")
+                wrapper = f"{' '.join(classes)} highlight-{language} notranslate"
+                markup = (
+                    f'<div class="{wrapper}"><div class="highlight">'
+                    f"<pre><span></span>{printed_html(zh)}</pre></div></div>"
+                )
+                block.replace_self(nodes.raw("", markup, format="html"))
 
 
 class TranslateTocCaptions(SphinxTransform):
@@ -180,5 +219,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_role("other-edition", other_edition_role)
     app.add_transform(KeepOutOfCatalogs)
     app.add_transform(TranslateTocCaptions)
+    app.add_transform(TranslatePrintedOutputs)
     app.connect("html-page-context", add_edition_switch)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
