@@ -181,7 +181,13 @@
         box.scrollLeft = box.scrollWidth;
       }
     }
-    window.addEventListener("resize", showNewest);
+    // again when the width changes (not when a phone's address bar comes and goes on a scroll)
+    let width = window.innerWidth;
+    window.addEventListener("resize", () => {
+      if (window.innerWidth === width) return;
+      width = window.innerWidth;
+      showNewest();
+    });
 
     /* Tokens by position: the prompt, then the token each decode step was fed. */
     const tokens = data.prompt.tokens.concat(data.steps.map((s) => s.token));
