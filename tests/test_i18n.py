@@ -245,9 +245,19 @@ def test_a_term_is_found_wherever_it_stands():
             assert set(search.split_terms(term)) <= set(search.split_terms(text)), (term, text)
 
 
+def test_every_query_of_a_page_s_text_is_among_its_index_terms():
+    """Whatever run of characters of a page a reader types, one character or many, its terms are
+    all indexed for the page."""
+    text = "预填充阶段把整个提示词一次算完；每一层的键和值存入缓存。"  # (Latin words are found whole)
+    indexed = set(search.index_terms(text))
+    for start in range(len(text)):
+        for end in range(start + 1, len(text) + 1):
+            assert set(search.split_terms(text[start:end])) <= indexed, text[start:end]
+
+
 def test_the_search_language_indexes_lone_characters_and_keeps_them_unstemmed():
     lang = search.SearchChinese({})
-    assert lang.split("连续批处理 caching") == ["连续", "续批", "批处", "处理", "caching"]
+    assert lang.split("连续批处理 caching") == ["连续", "续批", "批处", "处理", "caching", *"连续批处理"]
     assert lang.word_filter("层") and not lang.word_filter("a")
     assert lang.stem("解码") == "解码" and lang.stem("caching") == "cach"
     assert search.is_han("𠀀层") and not search.is_han("KV缓存") and not search.is_han("")

@@ -36,7 +36,7 @@ search = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(search)
 
 #: Terms a reader of the Chinese edition types: the book's words for its subjects.
-TERMS = ("预填充", "解码", "投机解码", "前缀缓存", "连续批处理", "词元", "KV 缓存")
+TERMS = ("预填充", "解码", "投机解码", "前缀缓存", "连续批处理", "词元", "KV 缓存", "键", "头")
 # A query, and the chapter it must find among the first TOP results, on the first screen of the
 # results page. Sphinx ranks a page by the words of its section titles as well as its own title,
 # so several chapters with "KV 缓存" in a heading rank beside the chapter about it.

@@ -11,12 +11,13 @@ edition found 4 of the 22 pages holding 预填充. jieba also cuts differently b
 
 Here both sides cut the same way, with no dictionary: every run of Han characters becomes its
 overlapping pairs (预填充 -> 预填, 填充; a lone character stays itself), and every other run of
-letters, digits and underscores one word, as before. The page's text is indexed by `split` below
-and the query is cut by the same rule in JavaScript (`JS_SPLITTER`, which Sphinx writes into the
-edition's language_data.js as `splitQuery`); text and query are NFKC-normalised first (full-width
-letters and digits become ASCII). Sphinx requires every term of a query, so a search finds every
-page that holds each pair of the query: every page holding the query itself, and rarely a page
-that holds the pairs apart.
+letters, digits and underscores one word, as before. The query is cut by that rule in JavaScript
+(`JS_SPLITTER`, which Sphinx writes into the edition's language_data.js as `splitQuery`), and the
+page's text by the same rule in Python (`split_terms`), each of its Han characters also indexed on
+its own (`index_terms`) for a query of one character; text and query are NFKC-normalised first
+(full-width letters and digits become ASCII). Sphinx requires every term of a query, so a search
+finds every page that holds each pair of the query: every page holding the query itself, and
+rarely a page that holds the pairs apart.
 
 _config.yml loads this extension; the Chinese build picks the language with
 html_search_language = "zh" (tools/i18n.py).
@@ -72,12 +73,21 @@ def han_pairs(run: str) -> list[str]:
 
 
 def split_terms(text: str) -> list[str]:
-    """The search terms of `text`: the pairs of each run of Han characters, then each run of
-    other letters, digits and underscores, in order, after NFKC normalisation."""
+    """The search terms of `text` as the search page cuts a query (`JS_SPLITTER`): the pairs of
+    each run of Han characters, then each run of other letters, digits and underscores, in order,
+    after NFKC normalisation."""
     terms: list[str] = []
     for han, word in TERMS.findall(unicodedata.normalize("NFKC", text)):
         terms.extend(han_pairs(han) if han else [word])
     return terms
+
+
+def index_terms(text: str) -> list[str]:
+    """The terms a page's `text` is indexed under: `split_terms`, and every Han character on its
+    own too, so that a query of one character (键, 值, 头, 层: words of their own) finds every page
+    that holds it, inside a longer run or not."""
+    normal = unicodedata.normalize("NFKC", text)
+    return split_terms(normal) + [c for han, _ in TERMS.findall(normal) if len(han) > 1 for c in han]
 
 
 def is_han(term: str) -> bool:
@@ -86,9 +96,9 @@ def is_han(term: str) -> bool:
 
 
 class SearchChinese(zh.SearchChinese):
-    """Sphinx 7.4's Chinese search language with the text cut by `split_terms`, the query by
-    `JS_SPLITTER`, lone Han characters indexed (a reader may search for 层), and its Latin-word
-    lookup in a set (Sphinx's list made the build quadratic: 10 s of CPU for this book)."""
+    """Sphinx 7.4's Chinese search language with the text cut by `index_terms`, the query by
+    `JS_SPLITTER`, single Han characters kept in the index (Sphinx drops one-letter words), and its
+    Latin-word lookup in a set (Sphinx's list made the build quadratic: 10 s of CPU for this book)."""
 
     js_splitter_code = JS_SPLITTER
 
@@ -97,7 +107,7 @@ class SearchChinese(zh.SearchChinese):
         self.latin_terms = set()  # type: ignore[assignment]
 
     def split(self, input: str) -> list[str]:
-        terms = split_terms(input)
+        terms = index_terms(input)
         self.latin_terms.update(t for t in terms if not is_han(t))  # type: ignore[attr-defined]
         return terms
 
