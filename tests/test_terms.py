@@ -50,7 +50,10 @@ TERMS = (
     Term("FFN", "前馈网络", ("FFN",)),
     Term("forward pass", "前向计算", ("前向传播", "前向传递")),
     Term("eager (PyTorch)", "eager 模式", ("即时执行",)),
-    Term("key buckets", "键桶", ("键分桶",)),
+    Term("key buckets", "键桶", ("键分桶", "key buckets?")),
+    Term("launch-bound", "启动受限", ("受启动限制", "launch-bound")),
+    Term("block table", "块表", ("区块表", "页表", "block tables?")),
+    Term("preemption", "抢占", ("抢先", "预占", r"preempt\w*")),
     Term("token", "词元", ("令牌", "tokens?")),
     Term("Point N (the questions page)", "第 N 点", (r"要点 ?\d", r"Point \d")),
     Term("Solution (of an exercise)", "答案", ("解答",)),
@@ -411,3 +414,44 @@ def test_the_chosen_terms_are_used():
     unused = [t.chinese for t in TERMS if t.chinese != "第 N 点" and t.chinese not in text]
     assert not unused, unused
     assert re.search(r"第 \d 点", text)
+
+
+#: Words the chapters use that a reader looks up (issue #44), with the Chinese the edition uses.
+LOOKED_UP = {"preemption": "抢占", "block table": "块表", "key bucket": "键桶", "launch-bound": "启动受限"}
+
+
+def glossary_definitions(path: Path = BOOK / "glossary.md") -> dict[str, str]:
+    """Each entry's first headword -> its definition (the indented lines after its headwords)."""
+    out: dict[str, str] = {}
+    for block in re.findall(r"```\{glossary\}\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
+        head = None
+        for line in block.split("\n"):
+            if line.strip() and not line.startswith((" ", "\t")):
+                head = line.strip() if head is None or head in out else head
+            elif head is not None:
+                out[head] = f"{out.get(head, '')} {line.strip()}".strip()
+    return out
+
+
+def test_looked_up_words_have_entries_that_link_their_chapter():
+    entries = {heads[0]: heads for heads in glossary_entries()}
+    definitions = glossary_definitions()
+    for english, chinese in LOOKED_UP.items():
+        assert chinese in entries.get(english, ()), f"no glossary entry {english} / {chinese}"
+        assert re.search(r"\]\([\w/-]+\.ipynb", definitions[english]), f"{english}: links no chapter"
+    # the reader of the other edition finds each definition translated
+    catalog = {m.id: m.string for m in i18n.messages(i18n.read_catalog(CATALOGS["book/glossary"]))}
+    assert all(catalog.get(definitions[e]) for e in LOOKED_UP), "a definition is untranslated"
+
+
+def test_the_definition_reader_splits_entries(tmp_path):
+    path = tmp_path / "glossary.md"
+    path.write_text(
+        "```{glossary}\nprefill\n预填充\n  One pass.\n  [Prefill](prefill.ipynb).\n\n"
+        "decode\n解码\n  Steps.\n```\n",
+        encoding="utf-8",
+    )
+    assert glossary_definitions(path) == {
+        "prefill": "One pass. [Prefill](prefill.ipynb).",
+        "decode": "Steps.",
+    }

@@ -54,8 +54,8 @@ WORK = BUILD / "zh"
 LOCALES_COPY = WORK / "locales"
 # The Chinese edition's own words for what Sphinx extensions print (the themes and Sphinx itself
 # come with Chinese catalogs): myst-nb's buttons on hidden cells, whose {type} is English.
-# Its search cuts the text into Chinese words: Sphinx's "zh" search language does so with jieba (a
-# dependency of the book's build), without which no Chinese word of the edition is indexed.
+# Its search: Sphinx's "zh" search language, as the book's extension (tools/sphinxext/kvtutor_search.py)
+# replaces it, cuts the pages and the reader's query into the same terms (pairs of Chinese characters).
 EDITION_SETTINGS = {
     "nb_code_prompt_show": "展开代码单元",
     "nb_code_prompt_hide": "收起代码单元",
@@ -402,29 +402,12 @@ def book_title(language: str = LANGUAGE) -> str | None:
     return message.string if message is not None and message.string and not message.fuzzy else title
 
 
-def quiet_jieba() -> bool:
-    """Whether jieba, which cuts the Chinese text into words for the search index, is installed;
-    it logs the building of its dictionary at INFO on stderr, so only its warnings are kept."""
-    import logging
-
-    try:
-        import jieba
-    except ImportError:
-        return False
-    jieba.setLogLevel(logging.WARNING)
-    return True
-
-
 def build(language: str = LANGUAGE) -> int:
     """The Chinese edition into _build/html/zh, as strict as the English one (-W -n --keep-going).
 
     Built in _build/zh and moved into place, since myst-nb writes its files beside the HTML
     folder. In one process: Sphinx's -j reads serially anyway (sphinx-multitoc-numbering does
     not declare itself parallel-safe), and its warning about that fails the strict build."""
-    if not quiet_jieba():  # an edition whose search finds no Chinese word is not built
-        print("jieba is not installed: the Chinese edition's search needs it (pip install -e '.[dev]')",
-              file=sys.stderr)  # fmt: skip
-        return 1
     shutil.rmtree(LOCALES_COPY, ignore_errors=True)
     shutil.copytree(LOCALES / language, LOCALES_COPY / language)
     shutil.rmtree(WORK / "html", ignore_errors=True)

@@ -104,6 +104,18 @@ def chromium_context() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def checks() -> object:
+    """widget_checks.py, what the browser tests share (opening a page, fit and contrast checks)."""
+    spec = importlib.util.spec_from_file_location(
+        "_kvtutor_checks", Path(__file__).with_name("widget_checks.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
 def browser_context(site: str) -> Iterator[object]:
     """The built book's browser context (served by ``site``)."""
     with chromium_context() as context:

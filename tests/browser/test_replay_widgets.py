@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -49,14 +50,7 @@ def exports() -> dict:
 
 # ---------------------------------------------------------------- playing a run in the page
 
-PICK = """([root, picks]) => {
-  for (const [name, value] of picks) {
-    const control = root.querySelector(`[data-field="${name}"]`);
-    control.value = value;
-    control.dispatchEvent(new Event("change", {bubbles: true}));
-  }
-  return root.querySelector(".kvw-root").dataset.run;
-}"""
+PICK = checks.PICK
 #: Every step of the run on show, from Start to the end, as the page draws it.
 PLAY = """(root) => {
   const node = root.querySelector(".kvw-root");
@@ -76,6 +70,8 @@ PLAY = """(root) => {
       pool: Array.from(node.querySelectorAll("[data-block]"), (b) => b.dataset.owners),
       totals: (node.querySelector(".kvw-totals") || {}).textContent || "",
       position: node.querySelector(".kvw-position").textContent,
+      said: status.textContent,
+      options: Array.from(node.querySelectorAll("select option"), (o) => o.textContent),
     });
     if (node.querySelector('button[data-action="next"]').getAttribute("aria-disabled") === "true") break;
     press("next");
@@ -184,6 +180,38 @@ def check_paged_run(shown: list[dict], run: dict, states: list[str], where: str)
     return problems
 
 
+#: The step number in the status line and in the counter beside the slider, by edition.
+STEP_SAID = {"en": re.compile(r"^Step (\d+):"), "zh": re.compile(r"^第 (\d+) 步")}
+POSITION = {
+    "en": re.compile(r"^step (\d+) of steps 0\u2013(\d+)$"),
+    "zh": re.compile(r"^第 (\d+) 步（步号 0\u2013(\d+)）$"),
+}
+#: A count of one with a plural noun ("1 tokens"), in the English edition.
+PLURALS = "tokens|slots|steps|requests|blocks|preemptions|evictions|positions|prompts"
+ONE_PLURAL = re.compile(rf"(?<![\d.,])1 (?:(?!of )[a-z]+ )?({PLURALS})\b")
+
+
+def check_words(shown: list[dict], run: dict, lang: str, where: str) -> list[str]:
+    """Each step's status line names the step the counter shows, the scheduler's own number (from
+    0, as the chapter counts), and the counter ends at the run's last step; in English a count of
+    one takes the singular."""
+    problems = []
+    last = str(run["steps"][-1].get("step", len(run["steps"]) - 1))
+    for k, (page, step) in enumerate(zip(shown, run["steps"], strict=False)):
+        number = str(step.get("step", k))
+        said = STEP_SAID[lang].match(page["said"])
+        position = POSITION[lang].match(page["position"])
+        if not said or not position or (said.group(1), *position.groups()) != (number, number, last):
+            problems.append(f"{where} step {k}: says {page['said'][:30]!r} beside {page['position']!r}, "
+                            f"expected step {number} of 0 to {last}")  # fmt: skip
+        if lang == "en":
+            for text in (page["said"], page["totals"], page["position"], *page["options"]):
+                problems += [
+                    f"{where} step {k}: {m.group(0)!r} in {text!r}" for m in ONE_PLURAL.finditer(text)
+                ]
+    return problems
+
+
 def play_all(page, exported: dict, kind: str, where: str) -> list[str]:
     """Pick every exported run with the page's own pickers, play it to the end and compare."""
     root = page.locator(SERVING if kind == "serving" else PAGED).first.element_handle()
@@ -202,6 +230,8 @@ def play_all(page, exported: dict, kind: str, where: str) -> list[str]:
             problems.append(f"{where}: picking {picks} did not show {run['id']}")
             continue
         shown = root.evaluate(PLAY)
+        lang = "zh" if page.evaluate("() => document.documentElement.lang").startswith("zh") else "en"
+        problems += check_words(shown, run, lang, f"{where} {run['id']}")
         if kind == "serving":
             problems += check_serving_run(
                 shown, run, traces[run["trace"]], data["states"], f"{where} {run['id']}"

@@ -69,6 +69,17 @@ def opened(context: Any, url: str) -> Iterator[tuple[Any, list[str]]]:
         page.close()
 
 
+#: Picks a replay's run with its own pickers: ``[root, [[field, value], ...]]`` -> the run's id.
+PICK = """([root, picks]) => {
+  for (const [name, value] of picks) {
+    const control = root.querySelector(`[data-field="${name}"]`);
+    control.value = value;
+    control.dispatchEvent(new Event("change", {bubbles: true}));
+  }
+  return root.querySelector(".kvw-root").dataset.run;
+}"""
+
+
 def set_theme(page: Any, mode: str) -> None:
     """The theme's light or dark mode (pydata-sphinx-theme reads data-theme and data-mode)."""
     page.evaluate(

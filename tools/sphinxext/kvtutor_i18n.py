@@ -14,7 +14,9 @@ the English edition into _build/html and the Chinese one, from the same sources 
   Nor do display math ($$...$$) and raw HTML blocks, which Sphinx would extract (KeepOutOfCatalogs);
 - {glue:text} and {glue} work inside translated messages (TranslatedGlue below), and so do the
   captions of the parts of the table of contents (TranslateTocCaptions);
-- the Chinese search index is built without Sphinx 7's quadratic cost (SearchChinese below).
+- in the Chinese edition, what code cells print is shown in Chinese (TranslatePrintedOutputs).
+
+The Chinese edition's search is kvtutor_search.py's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from myst_nb.ext.glue import roles as glue_roles
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.locale import init as init_locale
-from sphinx.search import zh
 from sphinx.transforms import SphinxTransform
 from sphinx.util.i18n import docname_to_domain
 
@@ -93,6 +94,44 @@ class KeepOutOfCatalogs(SphinxTransform):
                     node["translatable"] = False
         for node in self.document.findall(lambda n: isinstance(n, (nodes.math_block, nodes.raw))):
             node["translatable"] = False
+
+
+class TranslatePrintedOutputs(SphinxTransform):
+    """In the Chinese edition, what code cells printed (their stream and plain-text outputs) in
+    Chinese, line by line, by kvtutor.book.printed (the stored outputs, which nbval compares, stay
+    in English). Each becomes the HTML Sphinx would write for it, with every run of Chinese
+    characters two columns wide per character, so that printed tables stay aligned. Errors
+    (tracebacks) and stderr stay as printed."""
+
+    default_priority = 6
+
+    def apply(self, **kwargs: Any) -> None:
+        if edition(self.config.language) != TRANSLATED_LANGUAGE:
+            return
+        from kvtutor.book.printed import chinese_output, printed_html
+
+        for container in self.document.findall(nodes.container):
+            if container.get("nb_element") != "cell_code_output":
+                continue
+            for block in list(container.findall(nodes.literal_block)):
+                classes = block.get("classes", [])
+                if (
+                    "output" not in classes
+                    or not {"stream", "text_plain"} & set(classes)
+                    or "stderr" in classes
+                ):
+                    continue
+                text = block.astext()
+                zh, _ = chinese_output(text)
+                if zh == text or "\x1b[" in text:
+                    continue
+                language = block.get("language", "none")
+                wrapper = f"{' '.join(classes)} highlight-{language} notranslate"
+                markup = (
+                    f'<div class="{wrapper}"><div class="highlight">'
+                    f"<pre><span></span>{printed_html(zh)}</pre></div></div>"
+                )
+                block.replace_self(nodes.raw("", markup, format="html"))
 
 
 class TranslateTocCaptions(SphinxTransform):
@@ -172,32 +211,6 @@ class TranslatedPasteRoleAny(TranslatedGlue, glue_roles.PasteRoleAny):
     """{glue} and {glue:any}, also in translated messages."""
 
 
-class _LatinTerms(list):
-    """A list of words that answers `in` from a set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[str] = set()
-
-    def extend(self, terms: Any) -> None:
-        terms = list(terms)
-        super().extend(terms)
-        self._seen.update(terms)
-
-    def __contains__(self, term: object) -> bool:
-        return term in self._seen
-
-
-class SearchChinese(zh.SearchChinese):
-    """Sphinx 7.4's Chinese search language, whose `stem` looks every word up in a list of all the
-    Latin words seen so far: quadratic, 10 s of CPU for this book, more than the rest of the
-    build. The same index, with the lookup in a set."""
-
-    def init(self, options: dict[str, str]) -> None:
-        super().init(options)
-        self.latin_terms = _LatinTerms()
-
-
 def setup(app: Sphinx) -> dict[str, Any]:
     app.setup_extension("myst_nb")  # its glue domain, whose roles are replaced here
     app.add_role_to_domain("glue", "text", TranslatedPasteTextRole(), override=True)
@@ -206,6 +219,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_role("other-edition", other_edition_role)
     app.add_transform(KeepOutOfCatalogs)
     app.add_transform(TranslateTocCaptions)
+    app.add_transform(TranslatePrintedOutputs)
     app.connect("html-page-context", add_edition_switch)
-    app.add_search_language(SearchChinese)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

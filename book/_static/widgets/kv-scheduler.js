@@ -18,13 +18,13 @@
       budget: "Prefill",
       prefix: "Prefix caching",
       trace_toy: "five toy requests, 2 slots",
-      trace_long: "a {long}-token prompt among {short} short requests, {slots} slots",
-      trace_random: "{n} requests of random lengths, {blocks} blocks of {size}",
-      trace_shared: "{n} requests, {systems} system prompts, {blocks} blocks of {size}",
+      trace_long: "a {long}-token prompt among {short} short {short|request|requests}, {slots} {slots|slot|slots}",
+      trace_random: "{n} {n|request|requests} of random lengths, {blocks} {blocks|block|blocks} of {size}",
+      trace_shared: "{n} {n|request|requests}, {systems} system {systems|prompt|prompts}, {blocks} {blocks|block|blocks} of {size}",
       static: "static batching",
       continuous: "continuous batching",
       whole: "whole prompts",
-      chunked: "chunks: at most {b} tokens a step",
+      chunked: "chunks: at most {b} {b|token|tokens} a step",
       off: "off",
       on: "on",
       controls: "Replay controls",
@@ -34,8 +34,8 @@
       play: "Play",
       pause: "Pause",
       slider: "Step",
-      position: "step {i} of {n}",
-      servingStep: "Step {step}: {run} tokens run ({prompt} prompt, {decoded} decode){budget}; {held} of {slots} slots held; {given} tokens given out.",
+      position: "step {i} of steps 0\u2013{last}",
+      servingStep: "Step {step}: {run} {run|token|tokens} run ({prompt} prompt, {decoded} decode){budget}; {held} of {slots} {slots|slot|slots} held; {given} {given|token|tokens} given out.",
       ofBudget: " of a budget of {b}",
       clockStep: "This step: {ms} ms; {elapsed} ms since the first arrival.",
       clockNote: "Milliseconds: kvtutor's roofline model (serving.disagg.StepModel) of each step's chunks and decodes for GPT-2 of width {d} with {l} layers in {dtype} on the recorded {cpu} ({date}). TTFT counts steps from arrival to the first token, both included; TPOT is the mean gap between a request's tokens after its first.",
@@ -72,17 +72,17 @@
       p_finished: "last token",
       p_done: "done",
       text: "Text so far",
-      totals: "The whole run: {steps} steps, {tokens} tokens, {tps} tokens a step; TTFT p50 {p50} steps, p90 {p90} steps.",
+      totals: "The whole run: {steps} {steps|step|steps}, {tokens} {tokens|token|tokens}, {tps} tokens a step; TTFT p50 {p50} steps, p90 {p90} steps.",
       totalsClock: " In time: {ms} ms in all, TTFT p90 {ttft} ms, TPOT p50 {tpot} ms, longest gap p99 {gap} ms.",
-      pagedStep: "Step {i}: {running} running; {free} of {blocks} blocks free{cached}; {preempted} preemptions so far; prompt positions prefilled so far {prompt}, {hit} of them found in the prefix cache{evicted}.",
+      pagedStep: "Step {i}: {running} running; {free} of {blocks} {blocks|block|blocks} free{cached}; {preempted} {preempted|preemption|preemptions} so far; prompt positions prefilled so far {prompt}, {hit} of them found in the prefix cache{evicted}.",
       cachedFree: " ({n} of them cached, held by nobody)",
-      evicted: "; {n} cached blocks evicted so far",
+      evicted: "; {n} cached {n|block|blocks} evicted so far",
       events: "This step:",
       admitted: "admitted {names}",
       preempted: "preempted {names}",
       finished: "last token of {names}",
       nothing: "every running request decoded one token",
-      pool: "The pool: {blocks} blocks of {size} positions",
+      pool: "The pool: {blocks} {blocks|block|blocks} of {size} {size|position|positions}",
       blockFree: "block {b}: free",
       blockCached: "block {b}: cached (named), held by nobody",
       blockHeld: "block {b}: held by {names}",
@@ -90,7 +90,7 @@
       blocksHeld: "blocks",
       used: "positions",
       hit: "found cached",
-      pagedTotals: "The whole run: {steps} steps, {preempted} preemptions, {evicted} evictions; {computed} prompt positions computed at first prefills, {hit} found in the cache.",
+      pagedTotals: "The whole run: {steps} {steps|step|steps}, {preempted} {preempted|preemption|preemptions}, {evicted} {evicted|eviction|evictions}; {computed} prompt {computed|position|positions} computed at first prefills, {hit} found in the cache.",
       pagedNote: "One step: every running request decodes one token (a sequence whose next position opens a block takes one, preempting the newest request while none is free), then waiting requests are admitted first come, first served while their blocks fit, then finished requests free their blocks.",
     },
     zh: {
@@ -117,7 +117,7 @@
       play: "播放",
       pause: "暂停",
       slider: "步",
-      position: "第 {i} 步，共 {n} 步",
+      position: "第 {i} 步（步号 0\u2013{last}）",
       servingStep: "第 {step} 步：运行 {run} 个词元（提示词 {prompt} 个，解码 {decoded} 个）{budget}；占用 {holdText}；输出 {given} 个词元。",
       ofBudget: "，预算为 {b}",
       clockStep: "这一步：{ms} ms；自第一个请求到达起共 {elapsed} ms。",
@@ -178,6 +178,9 @@
     },
   };
 
+  /* A step's number as the scheduler counts it (run_serving's StepRecord.step; the paged replay's
+     steps are its index), from 0. */
+  const stepNumber = (run, i) => (run.steps[i].step === undefined ? i : run.steps[i].step);
   const letters = (indices, trace) => indices.map((i) => trace.requests[i].name).join(", ");
   let counter = 0;
 
@@ -222,8 +225,10 @@
     }
     function update() {
       slider.value = String(index);
-      slider.setAttribute("aria-valuetext", fill(t("position"), { i: index + 1, n: run.steps.length }));
-      position.textContent = fill(t("position"), { i: index + 1, n: run.steps.length });
+      // the scheduler's own step numbers, from 0, as the status line and the chapter count them
+      const where = fill(t("position"), { i: stepNumber(run, index), last: stepNumber(run, run.steps.length - 1) });
+      slider.setAttribute("aria-valuetext", where);
+      position.textContent = where;
       buttons.back.setAttribute("aria-disabled", String(index === 0));
       buttons.start.setAttribute("aria-disabled", String(index === 0));
       buttons.next.setAttribute("aria-disabled", String(index === run.steps.length - 1));
@@ -427,7 +432,7 @@
       const step = run.steps[i];
       const cells = run.cells[i];
       status.textContent = fill(t("pagedStep"), {
-        i, running: step.running, free: step.free, blocks: tr.n_blocks,
+        i: stepNumber(run, i), running: step.running, free: step.free, blocks: tr.n_blocks,
         cached: run.prefix_caching ? fill(t("cachedFree"), { n: step.cached_free }) : "",
         preempted: step.preemptions, prompt: grouped(step.prompt_tokens), hit: grouped(step.cached_tokens),
         evicted: run.prefix_caching ? fill(t("evicted"), { n: step.evictions }) : "",

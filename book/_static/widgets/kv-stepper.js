@@ -166,7 +166,28 @@
       root.dataset.mode = recompute ? "no-cache" : "cache";
       status.textContent = statusText();
       body.replaceChildren(...view());
+      showNewest();
     }
+
+    /* A head's table wider than its box (a phone) scrolls inside it: the row labels and the new
+       token's q column stay put (sticky, CSS), and the box opens scrolled to its right end, the
+       newest position, so the step just taken is in view; earlier positions are a swipe away. */
+    function showNewest() {
+      for (const box of body.querySelectorAll(".kvw-head .kvw-scroll")) {
+        const table = box.querySelector("table");
+        const labels = table.querySelector("thead th.kvw-corner");
+        table.style.setProperty("--kvw-label-width", `${labels ? labels.getBoundingClientRect().width : 0}px`);
+        box.classList.toggle("kvw-scrolls", box.scrollWidth > box.clientWidth + 1);
+        box.scrollLeft = box.scrollWidth;
+      }
+    }
+    // again when the width changes (not when a phone's address bar comes and goes on a scroll)
+    let width = window.innerWidth;
+    window.addEventListener("resize", () => {
+      if (window.innerWidth === width) return;
+      width = window.innerWidth;
+      showNewest();
+    });
 
     /* Tokens by position: the prompt, then the token each decode step was fed. */
     const tokens = data.prompt.tokens.concat(data.steps.map((s) => s.token));
@@ -292,10 +313,10 @@
       const d = data.digits;
       const decoding = state >= 2;
       const kind = (pos) => (state === 1 || pos === S - 1 ? "new" : recompute ? "wasted" : "cached");
-      const blank = () => (decoding ? el("td", { class: "kvw-blank" }) : null);
+      const blank = () => (decoding ? el("td", { class: "kvw-blank kvw-qcol-cell" }) : null);
       const header = el("tr", {}, [
         el("th", { scope: "col", class: "kvw-corner", text: "" }),
-        decoding ? el("th", { scope: "col", class: "kvw-qcol", title: fill(t("query"), { token: tokens[S - 1] }) },
+        decoding ? el("th", { scope: "col", class: "kvw-qcol kvw-qcol-cell", title: fill(t("query"), { token: tokens[S - 1] }) },
           [el("span", { class: "kvw-pos", text: "q" }), el("span", { class: "kvw-tok", text: tokens[S - 1] })]) : null,
       ].concat(tokens.slice(0, S).map((token, pos) => el("th", {
         scope: "col", class: `kvw-col-${kind(pos)}`, title: fill(t("position"), { pos, token }),
@@ -304,7 +325,7 @@
         const rows = [];
         for (let j = 0; j < dims; j++) {
           const first = name === "k" && decoding
-            ? el("td", { class: "kvw-num kvw-qcol", dataset: { layer: l, head: h, kind: "q", dim: j }, text: fixed(arrays.q[h][j], d) })
+            ? el("td", { class: "kvw-num kvw-qcol kvw-qcol-cell", dataset: { layer: l, head: h, kind: "q", dim: j }, text: fixed(arrays.q[h][j], d) })
             : blank();
           rows.push(el("tr", { class: `kvw-${name}-row` }, [el("th", { scope: "row", text: `${name}${sub(j)}` }), first].concat(
             cols.map((row, pos) => el("td", {

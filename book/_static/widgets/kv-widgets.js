@@ -1,5 +1,6 @@
 /* kvtutor's page widgets, the shared part: finding the containers, reading their data, building
-   elements and formatting numbers as Python prints them. The widgets themselves are in
+   elements and formatting numbers as Python prints them; and, on every page, the figures that a
+   narrow screen shrinks open at full size on a tap (at the end). The widgets themselves are in
    kv-stepper.js (the cache stepper) and kv-calculator.js (the KV calculator); each registers
    itself here. No framework and no network: a widget's data is the JSON that
    kvtutor.book.widgets wrote into the page, in a <script type="application/json"> inside a
@@ -21,9 +22,15 @@
     return (key) => (key in own ? own[key] : tables.en[key]);
   }
 
-  /* Fill "{name}" slots of a label from an object. */
+  /* Fill "{name}" slots of a label from an object. "{name|one|other}" is the word that agrees
+     with the count in values[name]: `one` when it is exactly 1 ("1", not "1.00" or "11"), else
+     `other` ("{n} {n|token|tokens}"); the Chinese labels need none. */
   function fill(text, values) {
-    return text.replace(/\{(\w+)\}/g, (whole, name) => (name in values ? String(values[name]) : whole));
+    return text.replace(/\{(\w+)(?:\|([^|{}]*)\|([^|{}]*))?\}/g, (whole, name, one, other) => {
+      if (!(name in values)) return whole;
+      if (one === undefined) return String(values[name]);
+      return String(values[name]) === "1" ? one : other;
+    });
   }
 
   /* el("td", {class: "x", dataset: {k: 1}}, [child, "text"]): an element with its attributes. */
@@ -128,5 +135,82 @@
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
 
-  window.kvtutorWidgets = { register, init, lang, labels, fill, el, svg, fixed, grouped, formatBytes };
+  /* ---------------------------------------------------------------- figures at full size
+     A figure of a code cell (a PNG, or a diagram drawn as SVG) that the page shows at less than
+     nine tenths of its own width, as on a phone, gets a button in its corner, and the figure
+     itself opens on a tap too: a full-screen <dialog> shows it at its full size, to scroll and
+     pinch; Escape, the Close button or a tap beside it closes it. Nothing is fetched. */
+  const FIGURES = "article .cell_output img, article .cell_output svg, article figure img";
+  const ZOOM_LABELS = {
+    en: { open: "Open the figure at full size", close: "Close" },
+    zh: { open: "以原尺寸查看此图", close: "关闭" },
+  };
+
+  /* The width a figure is drawn for: an image's own pixels, a diagram's viewBox (else its width). */
+  function fullWidth(figure) {
+    if (figure instanceof HTMLImageElement) return figure.naturalWidth;
+    const box = figure.viewBox && figure.viewBox.baseVal;
+    if (box && box.width) return box.width;
+    return Number.parseFloat(figure.getAttribute("width")) || 0;
+  }
+
+  function scaledDown(figure) {
+    const shown = figure.getBoundingClientRect().width;
+    return shown > 0 && fullWidth(figure) > 48 && shown < 0.9 * fullWidth(figure);
+  }
+
+  let dialog = null;
+  function openFull(figure) {
+    const t = labels(ZOOM_LABELS);
+    if (!dialog) {
+      dialog = el("dialog", { class: "kvt-lightbox", "aria-label": t("open") });
+      const close = el("button", { type: "button", class: "kvt-lightbox-close", text: t("close") });
+      close.addEventListener("click", () => dialog.close());
+      dialog.addEventListener("click", (event) => { if (event.target === dialog) dialog.close(); });
+      dialog.addEventListener("close", () => dialog.querySelector(".kvt-lightbox-figure").replaceChildren());
+      dialog.append(el("div", { class: "kvt-lightbox-bar" }, close), el("div", { class: "kvt-lightbox-figure" }));
+      document.body.append(dialog);
+    }
+    const copy = figure.cloneNode(true);
+    copy.removeAttribute("id");
+    copy.classList.remove("kvt-zoomable");
+    copy.style.width = `${fullWidth(figure)}px`;
+    copy.style.maxWidth = "none";
+    copy.style.height = "auto";
+    dialog.querySelector(".kvt-lightbox-figure").replaceChildren(copy);
+    dialog.showModal();
+  }
+
+  /* Marks each figure shown scaled down (and unmarks the others), after a load or a resize. */
+  function markFigures() {
+    const t = labels(ZOOM_LABELS);
+    document.querySelectorAll(FIGURES).forEach((figure) => {
+      if (figure.closest(".kvtutor-widget, button, .kvt-lightbox")) return;
+      const small = scaledDown(figure);
+      figure.classList.toggle("kvt-zoomable", small);
+      let button = figure.kvtZoomButton;
+      if (small && !button) {
+        button = el("button", { type: "button", class: "kvt-zoom", "aria-label": t("open"), title: t("open"), text: "\u2922" });
+        button.addEventListener("click", () => openFull(figure));
+        figure.addEventListener("click", () => { if (figure.classList.contains("kvt-zoomable")) openFull(figure); });
+        const holder = figure.parentElement; // the corner button is placed in it
+        if (getComputedStyle(holder).position === "static") holder.style.position = "relative";
+        figure.after(button);
+        figure.kvtZoomButton = button;
+      }
+      if (button) button.hidden = !small;
+    });
+  }
+  let pending = false;
+  const markSoon = () => {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; markFigures(); });
+  };
+  window.addEventListener("load", markSoon);
+  window.addEventListener("resize", markSoon);
+  if (document.readyState !== "loading") markSoon();
+  else document.addEventListener("DOMContentLoaded", markSoon);
+
+  window.kvtutorWidgets = { register, init, lang, labels, fill, el, svg, fixed, grouped, formatBytes, markFigures };
 })();

@@ -12,9 +12,10 @@ then fails in strict mode (``make notebooks``, ``make nbval``) and draws the Eng
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 
-__all__ = ["ZH", "ZH_PATTERNS", "KEEP", "needs_translation", "translate"]
+__all__ = ["ZH", "ZH_PATTERNS", "KEEP", "needs_translation", "translate", "compile_patterns", "fill_pattern"]
 
 #: Words and symbols both editions write the same way: units, acronyms, names of formats.
 KEEP = frozenset(
@@ -519,16 +520,30 @@ _FIELD = re.compile(r"\{(\w+)\}")
 
 
 @cache
-def _compiled() -> list[tuple[re.Pattern[str], str]]:
-    """The patterns as regular expressions, the most specific (longest fixed text) first."""
+def compile_patterns(
+    table: tuple[tuple[str, str], ...], columns: bool = False
+) -> list[tuple[re.Pattern[str], str]]:
+    """(English, Chinese) patterns -> (regular expression, Chinese), the most specific (longest
+    fixed text) first; a ``{field}`` matches any text (at least one character). With ``columns``
+    (printed lines), a field matches no run of two spaces, which separates columns, unless its
+    name ends in "_"."""
     out = []
-    for en, zh in ZH_PATTERNS.items():
+    for en, zh in table:
         parts = _FIELD.split(en)
-        regex = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+        narrow = r"(?:(?!  ).)+?"
+        regex = "".join(
+            re.escape(p) if i % 2 == 0 else f"(?P<{p}>{narrow if columns and not p.endswith('_') else '.+?'})"
+            for i, p in enumerate(parts)
+        )
         fixed = sum(len(p) for p in parts[::2])
         out.append((fixed, re.compile(regex, re.S), zh))
     out.sort(key=lambda item: -item[0])
     return [(regex, zh) for _, regex, zh in out]
+
+
+def fill_pattern(zh: str, match: re.Match[str], field: Callable[[str], str]) -> str:
+    """A matched pattern's Chinese with each ``{field}`` the matched text, through ``field``."""
+    return _FIELD.sub(lambda f: field(match.group(f.group(1))), zh)
 
 
 def _field(value: str) -> str:
@@ -541,10 +556,10 @@ def translate(text: str) -> str | None:
     filled in, else ``text`` itself when it needs no translation; None when it has none."""
     if text in ZH:
         return ZH[text]
-    for regex, zh in _compiled():
+    for regex, zh in compile_patterns(tuple(ZH_PATTERNS.items())):
         m = regex.fullmatch(text)
         if m:
-            return _FIELD.sub(lambda f, m=m: _field(m.group(f.group(1))), zh)
+            return fill_pattern(zh, m, _field)
     if not needs_translation(text):
         return text
     return None
