@@ -433,3 +433,79 @@ def checked_by(check: Callable[..., None]) -> Callable[[Callable[..., Any]], Cal
         return entry
 
     return wrap
+
+
+# ---------------------------------------------------------------- random numbers and choosing a token
+
+
+def seeded_rng(seed: Any, name: str = "seed") -> np.random.Generator:
+    """A NumPy generator seeded by ``check_seed(seed)`` (None: fresh entropy from the system), for
+    every function that takes ``seed: int | None``; a bad seed is refused by ``name``."""
+    return np.random.default_rng(None if seed is None else check_seed(seed, name))
+
+
+def check_rng(rng: Any, name: str = "rng") -> None:
+    """A TypeError naming ``name`` unless ``rng`` is a ``numpy.random.Generator`` or None (a seed
+    is not a generator: ``np.random.default_rng(seed)`` makes one)."""
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"{name}: expected a numpy.random.Generator (np.random.default_rng(seed)) or None, "
+            f"got {type(rng).__name__} {rng!r}"
+        )
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point")
+
+
+#: What a model's non-finite logits mean (``check_logits``'s default note).
+MODEL_LOGITS_NOTE = "the weights or the inputs overflow this model's dtype (the cache was not changed)"
+
+
+def check_logits(logits: Any, rows: Any = None, name: str = "logits", note: str = MODEL_LOGITS_NOTE) -> Any:
+    """``logits`` (a NumPy array or torch tensor, the vocabulary last) if every number is finite,
+    else a ValueError naming ``name``: a token chosen by argmax or by sampling from a NaN is
+    token 0 or garbage, never an error. ``rows``: only these rows of the first axis count (a torch
+    batch's active rows). Both bases run it on every pass before committing the cache, so a pass
+    that fails it changes no cache; ``greedy`` and ``steps.sample`` run it before choosing.
+    ``note`` says what a non-finite number means to the caller."""
+    part = logits if rows is None else logits[rows]
+    if _is_torch_tensor(part):
+        import torch
+
+        bad = int((~torch.isfinite(part)).sum())
+    else:
+        bad = int(part.size - np.isfinite(part).sum())
+    if bad:
+        raise ValueError(
+            f"{name}: expected finite numbers, got {bad} NaN or inf of {int(np.prod(part.shape))}: {note}"
+        )
+    return logits
+
+
+def check_logits_row(logits_V: Any, name: str = "logits_V") -> Any:
+    """One row of logits [V] (a NumPy array, a torch tensor or a list of numbers) of finite real
+    numbers, V >= 1 -> as an array or tensor; else a TypeError/ValueError naming ``name``: a batch
+    [B, V] is refused, not flattened."""
+    x = logits_V if _is_torch_tensor(logits_V) or isinstance(logits_V, np.ndarray) else None
+    if x is None:
+        try:
+            x = np.asarray(logits_V)
+        except ValueError:  # ragged nested lists
+            raise ValueError(f"{name}: expected one row of logits [V], got ragged rows") from None
+    if _is_torch_tensor(x):
+        real = str(x.dtype) != "torch.bool" and not x.is_complex()
+    else:
+        real = x.dtype != bool and (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer))
+    if not real:
+        raise TypeError(f"{name}: expected real numbers (logits), got dtype {x.dtype}")
+    if x.ndim != 1 or x.shape[0] == 0:
+        raise ValueError(f"{name}: expected one row of logits [V] with V >= 1, got shape {list(x.shape)}")
+    return check_logits(x, name=name, note="no token is chosen from a NaN or inf")
+
+
+def greedy(logits_V: Any) -> int:
+    """[V] -> the id of the largest logit (the first of a tie): the one greedy choice of a token
+    outside the models' own decode loops (serving, speculative decoding, the caches' measurements,
+    the widgets), after ``check_logits_row``: never from a NaN or inf, never from a flattened batch."""
+    return int(check_logits_row(logits_V).argmax())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..measure import costs
 from ..measure.timing import Measurement, time_fn
 from ..models.config import GPT2Config
-from ..validate import check_int, dtype_info, torch_dtype
+from ..validate import check_int, check_seed, dtype_info, torch_dtype
 from .tables import MODELS
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def random_ids(model: Any, batch_size: int, n_tokens: int, seed: int = 0) -> Any
     """Seeded random token ids [batch_size, n_tokens] in the model's vocabulary, on its device."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(check_seed(seed))
     ids = torch.randint(0, model.config.vocab_size, (batch_size, n_tokens), generator=g)
     return ids.to(model.device)
 
@@ -218,19 +219,28 @@ def finite(obj: Any) -> Any:
 
 def check_output_path(path: Any, name: str, directory: bool = False) -> str:
     """``path`` if a file (``directory``: a folder for files) can be written there, checked before
-    any work starts; else a TypeError/ValueError naming ``name`` (``--out``): an existing folder
-    where a file should go (an existing file where a folder should), a file where a parent
-    folder should be, or a nearest existing parent that this process cannot write into."""
+    any work starts, the one check of every command that writes (``bench --out``/``--plots``,
+    ``bench.speculative --out``, ``train_toy --out``); else a TypeError/ValueError naming ``name``
+    (``--out``): an empty path, a file name that ends in a separator, an existing folder where a
+    file should go (an existing file where a folder should), an existing device, pipe or socket,
+    a file where a parent folder should be, or a nearest existing folder in which this process
+    cannot create a file (tried: a temporary file is made there and removed, so ``/proc`` and a
+    read-only mount are refused here, not after the run)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name}: expected a path, got {type(path).__name__}")
     path = os.fspath(path)
-    if not path:
-        raise ValueError(f"{name}: expected a path, got an empty string")
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"{name}: expected a path, got {'an empty string' if path == '' else repr(path)}")
     full = os.path.abspath(path)
     if directory and os.path.exists(full) and not os.path.isdir(full):
         raise ValueError(f"{name}: expected a directory, got the file {path!r}")
     if not directory and os.path.isdir(full):
         raise ValueError(f"{name}: expected a file to write, got the directory {path!r}")
+    if not directory and path.endswith((os.sep, "/")):
+        raise ValueError(f"{name}: expected a file name, got {path!r}, which ends in a separator")
+    if os.path.exists(full) and not (os.path.isfile(full) or os.path.isdir(full)):
+        raise ValueError(f"{name}: expected a regular file or a new name, got {path!r}, which is a "
+                         "device, a pipe or a socket")  # fmt: skip
     parent = full if directory else os.path.dirname(full)
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
@@ -238,10 +248,15 @@ def check_output_path(path: Any, name: str, directory: bool = False) -> str:
         raise ValueError(
             f"{name}: expected a path under directories, got {path!r}, under the file {parent!r}"
         )
-    if not os.access(parent, os.W_OK | os.X_OK):
+    try:  # access() says yes to root in /proc and on read-only mounts: try it
+        fd, probe = tempfile.mkstemp(prefix=".kvtutor-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
         raise ValueError(
-            f"{name}: expected a path this process may write, got {path!r} ({parent!r} is read-only)"
-        )
+            f"{name}: expected a path this process may write, got {path!r} (no file can be made in "
+            f"{parent!r}: {err.strerror})"
+        ) from None
     return path
 
 

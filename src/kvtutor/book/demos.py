@@ -46,7 +46,7 @@ from ..models.gpt2 import (
     split_heads,
 )
 from ..models.gpt2_weights import LayerWeights
-from ..validate import check_max_new_tokens, check_token_ids
+from ..validate import check_max_new_tokens, check_seed, check_token_ids, seeded_rng
 
 __all__ = [
     "masked_attention",
@@ -125,7 +125,7 @@ class QCache:
 
     def scramble(self, seed: int = 0) -> None:
         """Overwrite every stored row with random numbers (to show that nothing depends on them)."""
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_seed(seed))
         self._q = [rng.standard_normal(q.shape).astype(q.dtype) for q in self._q]
 
     @property
@@ -153,7 +153,7 @@ def generate_without_cache(
     ids = [int(i) for i in prompt]
     limit = cfg.max_seq_len
     check_max_new_tokens(max_new_tokens, len(ids), limit, "max_seq_len")
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     new: list[int] = []
     for _ in range(max_new_tokens):
         logits_V = model.logits_without_cache(ids)[-1]
@@ -195,9 +195,9 @@ def pseudo_code_generate(
     prompt_ids = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
     limit = cfg.max_seq_len
     check_max_new_tokens(max_new, len(prompt_ids), limit, "max_seq_len")
+    rng = seeded_rng(seed)
     if max_new == 0:
         return []
-    rng = np.random.default_rng(seed)
     g, eps, sqrt_d_h = cfg.group_size, cfg.layer_norm_eps, math.sqrt(cfg.d_head)
 
     def lm_head_last(x_TD: np.ndarray) -> np.ndarray:

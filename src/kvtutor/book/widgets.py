@@ -33,7 +33,7 @@ from ..models.gpt2 import GPT2Model
 from ..models.hf_config import bundled_config_path, bundled_models, load_model_spec
 from ..models.tokenizer import ToyTokenizer
 from ..models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
-from ..validate import MAX_COUNT, check_int
+from ..validate import MAX_COUNT, check_int, greedy
 from .editions import both_editions
 
 __all__ = ["Widget", "cache_stepper", "cache_stepper_data", "kv_calculator", "kv_calculator_data"]
@@ -200,13 +200,13 @@ def cache_stepper_data(
 
     costs = _costs(model, len(ids), n_steps)
     cache, trace = m64.new_cache(), []
-    token = int(np.argmax(m64.prefill(ids, cache, trace)[-1]))
+    token = greedy(m64.prefill(ids, cache, trace)[-1])
     prefill = {"k_LHSK": per_layer(trace, "k_HSK"), "v_LHSK": per_layer(trace, "v_HSK"),
                "next_id": token, "next_token": tokenizer.vocab[token], **costs[0]}  # fmt: skip
     sequence, steps = list(ids), []
     for i in range(n_steps):
         fed, trace, full = token, [], []
-        token = int(np.argmax(m64.decode_step(fed, cache, trace)))
+        token = greedy(m64.decode_step(fed, cache, trace))
         sequence.append(fed)
         m64.forward(sequence, None, full)  # the same step without a cache: every position again
         steps.append({

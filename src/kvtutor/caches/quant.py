@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..validate import check_int, check_max_new_tokens, check_token_ids
+from ..validate import check_int, check_max_new_tokens, check_seed, check_token_ids, greedy
 from .backend import QMAX, dequantize_int8, quantize_int8
 from .kv import OneSequenceCache, model_cache_shape
 from .protocol import Plan
@@ -296,7 +296,7 @@ def random_prompts(vocab_size: int, n_prompts: int, prompt_len: int, seed: int =
     vocab_size = check_int("vocab_size", vocab_size, 1)
     n_prompts = check_int("n_prompts", n_prompts, 1)
     prompt_len = check_int("prompt_len", prompt_len, 1)
-    rng = np.random.default_rng(check_int("seed", seed, 0))
+    rng = np.random.default_rng(check_seed(seed))
     return rng.integers(0, vocab_size, size=(n_prompts, prompt_len)).tolist()
 
 
@@ -334,8 +334,8 @@ def measure_agreement(
         f_V, q_V = model.prefill(prompt, float_cache)[-1], model.prefill(prompt, quant_cache)[-1]
         first = None
         for i in range(max_new_tokens):
-            token = int(np.argmax(f_V))
-            if token == int(np.argmax(q_V)):
+            token = greedy(f_V)
+            if token == greedy(q_V):
                 n_agree += 1
             elif first is None:
                 first = i

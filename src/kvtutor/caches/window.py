@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-from ..validate import check_int, check_max_new_tokens, check_token_ids
+from ..validate import check_int, check_max_new_tokens, check_token_ids, greedy
 from .kv import OneSequenceCache, PreallocatedKVCache, model_cache_shape
 from .protocol import Plan
 
@@ -389,10 +389,10 @@ def measure_eviction(
         full_V = model.prefill(prompt, full)[-1]
         win_V = [model.prefill(prompt, c)[-1] for c in windowed]
         for i in range(max_new_tokens):
-            token = int(np.argmax(full_V))
+            token = greedy(full_V)
             log_p_V = _log_softmax(full_V)
             for j, logits_V in enumerate(win_V):
-                agree[j][b, i] = token == int(np.argmax(logits_V))
+                agree[j][b, i] = token == greedy(logits_V)
                 diff[j][b, i] = np.mean(np.abs(full_V.astype(np.float64) - logits_V))
                 kl[j][b, i] = np.sum(np.exp(log_p_V) * (log_p_V - _log_softmax(logits_V)))
             if i + 1 < max_new_tokens:

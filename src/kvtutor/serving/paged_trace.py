@@ -31,7 +31,7 @@ import numpy as np
 from ..caches.paged import BlockAllocator, PagedKVPool
 from ..caches.prefix import PrefixCachingAllocator, PrefixCachingPool, block_hashes
 from ..models.gpt2 import NumpyDecoder
-from ..validate import check_choice, check_int, check_real, check_seed, check_token_ids
+from ..validate import check_choice, check_int, check_real, check_seed, check_token_ids, greedy
 
 __all__ = ["Request", "random_trace", "shared_prefix_trace", "TraceResult", "simulate_trace"]
 
@@ -316,7 +316,7 @@ class _Replay:
                     live.blocks.append(self.allocator.allocate())
             if self.model is not None:
                 logits_V = self.model.decode_step(live.tokens[-1], live.cache)
-                live.tokens.append(int(np.argmax(logits_V)))
+                live.tokens.append(greedy(logits_V))
             live.generated += 1
             produced += 1
         return produced
@@ -355,7 +355,7 @@ class _Replay:
             ids = self.prompts[live.index] + live.tokens[:-1]
             logits_V = self.model.prefill(ids[cached:], live.cache)[-1]
             if not live.tokens:
-                live.tokens.append(int(np.argmax(logits_V)))
+                live.tokens.append(greedy(logits_V))
         result = self.result
         result.prompt_tokens += live.length
         result.cached_tokens += cached
