@@ -30,7 +30,13 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> np.ndarray:
         raise TypeError(f"{name}: expected a sequence of int token ids, got {type(ids).__name__}")
     if hasattr(ids, "detach"):  # a torch tensor
         ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
+    try:
+        arr = np.asarray(ids)
+    except ValueError:  # nested rows of different lengths: NumPy's own message names no argument
+        lengths = [len(row) if hasattr(row, "__len__") else "an int" for row in ids]
+        raise ValueError(
+            f"{name}: expected a 1-D sequence of token ids, got nested rows of lengths {lengths}"
+        ) from None
     if arr.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D sequence of token ids, got shape {list(arr.shape)}")
     if arr.size == 0:
@@ -509,3 +515,28 @@ def greedy(logits_V: Any) -> int:
     outside the models' own decode loops (serving, speculative decoding, the caches' measurements,
     the widgets), after ``check_logits_row``: never from a NaN or inf, never from a flattened batch."""
     return int(check_logits_row(logits_V).argmax())
+
+
+def check_prompts(
+    prompts: Any, vocab_size: int, max_len: int | None = None, name: str = "prompts"
+) -> list[np.ndarray]:
+    """A list of prompts, each a 1-D sequence of token ids (their lengths may differ), or a 2-D
+    array of them -> a list of int64 arrays; else a TypeError/ValueError naming ``name`` (or
+    ``name[i]``, the prompt at fault): not a list, empty, one flat prompt where a list of them
+    belongs, or a prompt of more than ``max_len`` tokens (the model's ``max_seq_len``)."""
+    if isinstance(prompts, np.ndarray):
+        prompts = list(prompts) if prompts.ndim == 2 else prompts.tolist()
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"{name}: expected a list of token-id lists, got {type(prompts).__name__}")
+    if not prompts:
+        raise ValueError(f"{name}: expected at least one prompt, got none")
+    if all(isinstance(p, (int, np.integer)) for p in prompts):
+        raise ValueError(
+            f"{name}: expected a list of token-id lists, got one flat list of {len(prompts)} ids "
+            "(for one prompt, pass [prompt])"
+        )
+    checked = [check_token_ids(p, vocab_size, f"{name}[{i}]") for i, p in enumerate(prompts)]
+    for i, prompt in enumerate(checked):
+        if max_len is not None and len(prompt) > max_len:
+            raise ValueError(f"{name}[{i}]: expected at most {max_len} tokens, got {len(prompt)}")
+    return checked

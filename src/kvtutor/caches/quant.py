@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from ..validate import check_int, check_max_new_tokens, check_seed, check_token_ids, greedy
+from ..validate import check_int, check_max_new_tokens, check_prompts, check_seed, greedy
 from .backend import QMAX, dequantize_int8, quantize_int8
-from .kv import OneSequenceCache, model_cache_shape
+from .kv import OneSequenceCache, check_numpy_model, model_cache_shape
 from .protocol import Plan
 
 __all__ = [
@@ -314,16 +314,10 @@ def measure_agreement(
     compared. Up to the first disagreement this is exactly what the quantized cache's own greedy
     decoding would produce; after it, the comparison stays token for token on the same text.
     """
-    QuantizedKVCache.for_model(model, 1, key_mode, group_size)  # a bad model or option: before any work
-    if isinstance(prompts, np.ndarray):
-        prompts = prompts.tolist()
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
-    if not prompts:
-        raise ValueError("prompts: expected at least one prompt, got none")
-    cfg = model.config
+    cfg = check_numpy_model(model)  # every argument by its own name, before any work
+    QuantizedKVCache.for_model(model, 1, key_mode, group_size)
+    prompts = check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
-    prompts = [check_token_ids(p, cfg.vocab_size, f"prompts[{i}]") for i, p in enumerate(prompts)]
     for prompt in prompts:
         check_max_new_tokens(max_new_tokens, len(prompt), cfg.max_seq_len, "max_seq_len")
     n_agree, firsts, max_diff = 0, [], 0.0
