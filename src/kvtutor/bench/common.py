@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import tempfile
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..environment import check_output_path, write_atomically  # offered here too, as before
 from ..measure import costs
 from ..measure.timing import Measurement, time_fn
 from ..models.config import GPT2Config
@@ -215,71 +213,3 @@ def finite(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [finite(v) for v in obj]
     return obj
-
-
-def check_output_path(path: Any, name: str, directory: bool = False) -> str:
-    """``path`` if a file (``directory``: a folder for files) can be written there, checked before
-    any work starts, the one check of every command that writes (``bench --out``/``--plots``,
-    ``bench.speculative --out``, ``train_toy --out``); else a TypeError/ValueError naming ``name``
-    (``--out``): an empty path, a file name that ends in a separator, an existing folder where a
-    file should go (an existing file where a folder should), an existing device, pipe or socket,
-    a file where a parent folder should be, or a nearest existing folder in which this process
-    cannot create a file (tried: a temporary file is made there and removed, so ``/proc`` and a
-    read-only mount are refused here, not after the run)."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{name}: expected a path, got {type(path).__name__}")
-    path = os.fspath(path)
-    if not isinstance(path, str) or not path:
-        raise ValueError(f"{name}: expected a path, got {'an empty string' if path == '' else repr(path)}")
-    full = os.path.abspath(path)
-    if directory and os.path.exists(full) and not os.path.isdir(full):
-        raise ValueError(f"{name}: expected a directory, got the file {path!r}")
-    if not directory and os.path.isdir(full):
-        raise ValueError(f"{name}: expected a file to write, got the directory {path!r}")
-    if not directory and path.endswith((os.sep, "/")):
-        raise ValueError(f"{name}: expected a file name, got {path!r}, which ends in a separator")
-    if os.path.exists(full) and not (os.path.isfile(full) or os.path.isdir(full)):
-        raise ValueError(f"{name}: expected a regular file or a new name, got {path!r}, which is a "
-                         "device, a pipe or a socket")  # fmt: skip
-    parent = full if directory else os.path.dirname(full)
-    while not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise ValueError(
-            f"{name}: expected a path under directories, got {path!r}, under the file {parent!r}"
-        )
-    try:  # access() says yes to root in /proc and on read-only mounts: try it
-        fd, probe = tempfile.mkstemp(prefix=".kvtutor-probe-", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ValueError(
-            f"{name}: expected a path this process may write, got {path!r} (no file can be made in "
-            f"{parent!r}: {err.strerror})"
-        ) from None
-    return path
-
-
-def write_atomically(path: str, write: Callable[[str], Any]) -> None:
-    """Make the file ``path`` whole or not at all: ``write(tmp)`` writes a temporary file beside it,
-    which then replaces ``path`` in one rename (a reader never sees half a file). If anything
-    fails, the temporary file and the directories made for it are removed, and ``path`` is as
-    it was."""
-    full = os.path.abspath(path)
-    parent, made = os.path.dirname(full), []
-    while not os.path.lexists(parent):
-        made.append(parent)
-        parent = os.path.dirname(parent)
-    tmp = os.path.join(os.path.dirname(full), f".{os.path.basename(full)}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        for folder in reversed(made):
-            os.mkdir(folder)
-        write(tmp)
-        os.replace(tmp, full)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        for folder in made:  # the deepest first
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-        raise
