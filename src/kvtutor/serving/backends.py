@@ -143,6 +143,13 @@ class LoopedSlots:
         self.model = model
         make = (lambda m: model.new_cache(capacity=m)) if new_cache is None else new_cache
         self.caches: list[KVCacheBase] = [make(capacity) for _ in range(n_slots)]
+        first_slot: dict[int, int] = {}
+        for slot, cache in enumerate(self.caches):  # one slot's tokens must never land in another's
+            if first_slot.setdefault(id(cache), slot) != slot:
+                raise ValueError(
+                    f"new_cache: expected a new cache for each of the {n_slots} slots, got the same "
+                    f"cache object for slots {first_slot[id(cache)]} and {slot} (make one per call)"
+                )
         for cache in self.caches:  # before any request is run: a cache of this model, one sequence
             check_one_sequence(model, cache, "new_cache")
             if cache.capacity < capacity:
