@@ -288,7 +288,7 @@ def test_the_walkthrough_check_bites():
 #: The package's parts, lowest first. A module imports only from its own layer or a lower one
 #: (lazy imports and ``TYPE_CHECKING`` imports included), and the modules form no circle.
 LAYERS = (
-    ("base", ("validate", "text", "extras")),
+    ("base", ("validate", "text", "extras", "environment")),
     ("caches", ("caches",)),
     ("models", ("models",)),
     ("measure", ("measure",)),

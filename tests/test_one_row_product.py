@@ -4,12 +4,11 @@ the same logits and tokens; each is the kernel that really runs; the layout foll
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import kvtutor
+from kvtutor.environment import env_flag
 
 torch = pytest.importorskip("torch")
 
@@ -147,7 +146,7 @@ def test_under_torch_compile_the_compiler_picks(monkeypatch):
 
 
 @pytest.mark.skipif(
-    not os.environ.get("KVTUTOR_TEST_COMPILE"),
+    not env_flag("KVTUTOR_TEST_COMPILE"),
     reason="torch.compile on the CPU takes minutes: set KVTUTOR_TEST_COMPILE=1",
 )
 @pytest.mark.parametrize("product", PRODUCTS)

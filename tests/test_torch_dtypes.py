@@ -8,12 +8,11 @@ On CUDA these are the tests ``tools/gpu_check.sh`` runs; on a CPU the same code 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import kvtutor
+from kvtutor.environment import env_flag
 
 torch = pytest.importorskip("torch")
 
@@ -131,7 +130,7 @@ def test_generate_fills_exactly_the_context():
 def test_compile_decode_crosses_key_buckets_with_ragged_rows(case, mode):
     numpy_model, model, dt = case
     on_cuda = model.device.type == "cuda"
-    if mode == "compile" and not (on_cuda or os.environ.get("KVTUTOR_TEST_COMPILE")):
+    if mode == "compile" and not (on_cuda or env_flag("KVTUTOR_TEST_COMPILE")):
         pytest.skip("torch.compile on the CPU takes minutes: set KVTUTOR_TEST_COMPILE=1")
     if mode == "compile" and dt != "float32":
         pytest.skip("compile mode is checked in float32; the graph mode covers every dtype")

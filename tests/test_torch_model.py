@@ -5,7 +5,6 @@ the CUDA fast paths are tested only where a GPU is present."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 import kvtutor
+from kvtutor.environment import env_flag
 
 torch = pytest.importorskip("torch")
 
@@ -560,7 +560,7 @@ def test_compiled_decode_on_cpu_equals_decode_step(model):
 
 
 @pytest.mark.skipif(
-    not os.environ.get("KVTUTOR_TEST_COMPILE"),
+    not env_flag("KVTUTOR_TEST_COMPILE"),
     reason="torch.compile on the CPU takes minutes: set KVTUTOR_TEST_COMPILE=1",
 )
 def test_compiled_decode_with_torch_compile_on_cpu(model):

@@ -541,7 +541,7 @@ def test_measure_eviction_matches_a_hand_run(toy_model):
             r"^max_new_tokens: prompt of 10 \+ 8 new tokens exceeds max_seq_len",
         ),
         ((None, [[1]], 2, 0), ValueError, r"^window: expected 1 <= window <= 16, got 0"),
-        ((None, [[1]], 2, 4, (0, 4)), ValueError, r"^n_sink: expected 0 <= n_sink <= 3, got 4"),
+        ((None, [[1]], 2, 4, (0, 4)), ValueError, r"^n_sinks\[1\]: expected 0 <= n_sinks\[1\] <= 3, got 4"),
         ((None, [[1]], 2, 4, 2), TypeError, r"^n_sinks: expected a non-empty list of ints, got 2"),
         ((None, [[1]], 2, 4, ()), TypeError, r"^n_sinks: expected a non-empty list of ints"),
     ],

@@ -17,11 +17,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kvtutor import bench
+from kvtutor.environment import env_choice, env_text
 from kvtutor.models.cuda_graphs import bucket_for, decode_fixed
 
-OUT = os.environ.get("OUT", ".")
-DEVICE = os.environ.get("DEVICE", "cuda")
-TINY = os.environ.get("SIZE", "full") == "tiny"
+OUT = env_text("OUT") or "."
+DEVICE = env_text("DEVICE") or "cuda"
+TINY = env_choice("SIZE", ("tiny", "quick", "full"), "full") == "tiny"  # what gpu_check.sh passes on
 os.makedirs(OUT, exist_ok=True)
 t0 = time.perf_counter()
 name, capacity, context = ("tiny", 128, 16) if TINY else ("gpt2-1.3b", 4096, 16)

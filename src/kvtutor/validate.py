@@ -30,7 +30,13 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> np.ndarray:
         raise TypeError(f"{name}: expected a sequence of int token ids, got {type(ids).__name__}")
     if hasattr(ids, "detach"):  # a torch tensor
         ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
+    try:
+        arr = np.asarray(ids)
+    except ValueError:  # nested rows of different lengths: NumPy's own message names no argument
+        lengths = [len(row) if hasattr(row, "__len__") else "an int" for row in ids]
+        raise ValueError(
+            f"{name}: expected a 1-D sequence of token ids, got nested rows of lengths {lengths}"
+        ) from None
     if arr.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D sequence of token ids, got shape {list(arr.shape)}")
     if arr.size == 0:
@@ -433,3 +439,104 @@ def checked_by(check: Callable[..., None]) -> Callable[[Callable[..., Any]], Cal
         return entry
 
     return wrap
+
+
+# ---------------------------------------------------------------- random numbers and choosing a token
+
+
+def seeded_rng(seed: Any, name: str = "seed") -> np.random.Generator:
+    """A NumPy generator seeded by ``check_seed(seed)`` (None: fresh entropy from the system), for
+    every function that takes ``seed: int | None``; a bad seed is refused by ``name``."""
+    return np.random.default_rng(None if seed is None else check_seed(seed, name))
+
+
+def check_rng(rng: Any, name: str = "rng") -> None:
+    """A TypeError naming ``name`` unless ``rng`` is a ``numpy.random.Generator`` or None (a seed
+    is not a generator: ``np.random.default_rng(seed)`` makes one)."""
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"{name}: expected a numpy.random.Generator (np.random.default_rng(seed)) or None, "
+            f"got {type(rng).__name__} {rng!r}"
+        )
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point")
+
+
+#: What a model's non-finite logits mean (``check_logits``'s default note).
+MODEL_LOGITS_NOTE = "the weights or the inputs overflow this model's dtype (the cache was not changed)"
+
+
+def check_logits(logits: Any, rows: Any = None, name: str = "logits", note: str = MODEL_LOGITS_NOTE) -> Any:
+    """``logits`` (a NumPy array or torch tensor, the vocabulary last) if every number is finite,
+    else a ValueError naming ``name``: a token chosen by argmax or by sampling from a NaN is
+    token 0 or garbage, never an error. ``rows``: only these rows of the first axis count (a torch
+    batch's active rows). Both bases run it on every pass before committing the cache, so a pass
+    that fails it changes no cache; ``greedy`` and ``steps.sample`` run it before choosing.
+    ``note`` says what a non-finite number means to the caller."""
+    part = logits if rows is None else logits[rows]
+    if _is_torch_tensor(part):
+        import torch
+
+        bad = int((~torch.isfinite(part)).sum())
+    else:
+        bad = int(part.size - np.isfinite(part).sum())
+    if bad:
+        raise ValueError(
+            f"{name}: expected finite numbers, got {bad} NaN or inf of {int(np.prod(part.shape))}: {note}"
+        )
+    return logits
+
+
+def check_logits_row(logits_V: Any, name: str = "logits_V") -> Any:
+    """One row of logits [V] (a NumPy array, a torch tensor or a list of numbers) of finite real
+    numbers, V >= 1 -> as an array or tensor; else a TypeError/ValueError naming ``name``: a batch
+    [B, V] is refused, not flattened."""
+    x = logits_V if _is_torch_tensor(logits_V) or isinstance(logits_V, np.ndarray) else None
+    if x is None:
+        try:
+            x = np.asarray(logits_V)
+        except ValueError:  # ragged nested lists
+            raise ValueError(f"{name}: expected one row of logits [V], got ragged rows") from None
+    if _is_torch_tensor(x):
+        real = str(x.dtype) != "torch.bool" and not x.is_complex()
+    else:
+        real = x.dtype != bool and (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer))
+    if not real:
+        raise TypeError(f"{name}: expected real numbers (logits), got dtype {x.dtype}")
+    if x.ndim != 1 or x.shape[0] == 0:
+        raise ValueError(f"{name}: expected one row of logits [V] with V >= 1, got shape {list(x.shape)}")
+    return check_logits(x, name=name, note="no token is chosen from a NaN or inf")
+
+
+def greedy(logits_V: Any) -> int:
+    """[V] -> the id of the largest logit (the first of a tie): the one greedy choice of a token
+    outside the models' own decode loops (serving, speculative decoding, the caches' measurements,
+    the widgets), after ``check_logits_row``: never from a NaN or inf, never from a flattened batch."""
+    return int(check_logits_row(logits_V).argmax())
+
+
+def check_prompts(
+    prompts: Any, vocab_size: int, max_len: int | None = None, name: str = "prompts"
+) -> list[np.ndarray]:
+    """A list of prompts, each a 1-D sequence of token ids (their lengths may differ), or a 2-D
+    array of them -> a list of int64 arrays; else a TypeError/ValueError naming ``name`` (or
+    ``name[i]``, the prompt at fault): not a list, empty, one flat prompt where a list of them
+    belongs, or a prompt of more than ``max_len`` tokens (the model's ``max_seq_len``)."""
+    if isinstance(prompts, np.ndarray):
+        prompts = list(prompts) if prompts.ndim == 2 else prompts.tolist()
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"{name}: expected a list of token-id lists, got {type(prompts).__name__}")
+    if not prompts:
+        raise ValueError(f"{name}: expected at least one prompt, got none")
+    if all(isinstance(p, (int, np.integer)) for p in prompts):
+        raise ValueError(
+            f"{name}: expected a list of token-id lists, got one flat list of {len(prompts)} ids "
+            "(for one prompt, pass [prompt])"
+        )
+    checked = [check_token_ids(p, vocab_size, f"{name}[{i}]") for i, p in enumerate(prompts)]
+    for i, prompt in enumerate(checked):
+        if max_len is not None and len(prompt) > max_len:
+            raise ValueError(f"{name}[{i}]: expected at most {max_len} tokens, got {len(prompt)}")
+    return checked

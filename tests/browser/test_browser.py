@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html.parser
 import importlib.util
-import os
 import sys
 import urllib.error
 import urllib.parse
@@ -25,6 +24,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+from kvtutor.environment import env_flag
 
 pytestmark = pytest.mark.browser
 
@@ -323,7 +324,7 @@ def test_page(name: str, site: str, browser_context) -> None:
         # A full-page screenshot takes about as long as the checks: only for a page that failed
         # (or raised), or for every page when asked.
         shot = SCREENSHOTS / f"{name}.png"
-        if problems or not checked or os.environ.get("KVTUTOR_SCREENSHOTS") == "1":
+        if problems or not checked or env_flag("KVTUTOR_SCREENSHOTS"):
             shot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shot), full_page=True)
         page.close()

@@ -5,7 +5,7 @@ goals (``goals``) and returns the result, checked against the schema (``schema``
 the command line, writes the JSON (after every section, so that a run cut short keeps what it
 measured) and the plots, and prints the goals. Where ``--out`` and ``--plots`` point is checked
 before anything is measured, and every file is written whole or not at all
-(``common.write_atomically``).
+(``environment.write_atomically``).
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..environment import check_output_path, write_atomically
 from ..extras import missing_extra
 from ..measure import timing
 from ..measure.goals import evaluate_goals
 from ..measure.schema import SCHEMA_VERSION, check_result
 from ..measure.timing import bench_size, describe, load_average, probe_machine
 from ..validate import default_device, dtype_info
-from .common import MEASURED_HOOKS, ceilings, check_output_path, finite, make_model, write_atomically
+from .common import MEASURED_HOOKS, ceilings, finite, make_model
 from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
 from .experiments import (
     add_predictions,
@@ -303,9 +304,9 @@ def _run_engine_section(
 
 
 def write_result(path: str, result: dict[str, Any]) -> None:
-    """Write ``result`` as strict JSON, atomically (``common.write_atomically``: a reader never sees
+    """Write ``result`` as strict JSON, atomically (``environment.write_atomically``: a reader never sees
     half a file, and a failed write leaves nothing behind), after checking the path
-    (``common.check_output_path``) and the result against the schema (``schema.check_result``):
+    (``environment.check_output_path``) and the result against the schema (``schema.check_result``):
     an invalid result is a ValueError, not a file."""
     path = check_output_path(path, "path")
     check_result(result, path)
@@ -377,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # a missing extra stops the run here, before anything is measured
         import torch
 
-        if args.plots:
+        if args.plots is not None:
             import matplotlib  # noqa: F401
     except ModuleNotFoundError as exc:
         error = missing_extra(exc, "--plots" if exc.name == "matplotlib" else "the benchmark")
@@ -387,10 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available on this machine")
-    try:  # where the run will write, before anything is measured
-        if args.out:
+    try:  # where the run will write, before anything is measured ('' too is refused here)
+        if args.out is not None:
             check_output_path(args.out, "--out")
-        if args.plots:
+        if args.plots is not None:
             check_output_path(args.plots, "--plots", directory=True)
     except ValueError as exc:
         parser.error(str(exc))
@@ -403,19 +404,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         size = args.size or (bench_size(True, args.device or "cpu") if args.quick else None)
         sections = args.sections.split(",") if args.sections else None
         log = _log_line  # a line per section on stderr (beside the bar on a terminal)
-        save = None if not args.out else (lambda partial: write_result(args.out, partial))
+        save = None if args.out is None else (lambda partial: write_result(args.out, partial))
         result = run(args.device, size, None, args.dtype, sections, log=log, checkpoint=save)
     except ValueError as exc:
         parser.error(str(exc))
     finally:
         torch.set_num_threads(threads)
     result["command"] = "python -m kvtutor bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.out:
+    if args.out is not None:
         write_result(args.out, result)
-    if args.plots:
+    if args.plots is not None:
         for path in _write_plots(result, args.plots):
             print(f"wrote {path}")
     print(summary(result))
-    if args.out:
+    if args.out is not None:
         print(f"wrote {args.out}")
     return 0

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..environment import check_output_path, write_atomically  # offered here too, as before
 from ..measure import costs
 from ..measure.timing import Measurement, time_fn
 from ..models.config import GPT2Config
-from ..validate import check_int, dtype_info, torch_dtype
+from ..validate import check_int, check_seed, dtype_info, torch_dtype
 from .tables import MODELS
 
 if TYPE_CHECKING:
@@ -107,7 +106,7 @@ def random_ids(model: Any, batch_size: int, n_tokens: int, seed: int = 0) -> Any
     """Seeded random token ids [batch_size, n_tokens] in the model's vocabulary, on its device."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(check_seed(seed))
     ids = torch.randint(0, model.config.vocab_size, (batch_size, n_tokens), generator=g)
     return ids.to(model.device)
 
@@ -214,57 +213,3 @@ def finite(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [finite(v) for v in obj]
     return obj
-
-
-def check_output_path(path: Any, name: str, directory: bool = False) -> str:
-    """``path`` if a file (``directory``: a folder for files) can be written there, checked before
-    any work starts; else a TypeError/ValueError naming ``name`` (``--out``): an existing folder
-    where a file should go (an existing file where a folder should), a file where a parent
-    folder should be, or a nearest existing parent that this process cannot write into."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{name}: expected a path, got {type(path).__name__}")
-    path = os.fspath(path)
-    if not path:
-        raise ValueError(f"{name}: expected a path, got an empty string")
-    full = os.path.abspath(path)
-    if directory and os.path.exists(full) and not os.path.isdir(full):
-        raise ValueError(f"{name}: expected a directory, got the file {path!r}")
-    if not directory and os.path.isdir(full):
-        raise ValueError(f"{name}: expected a file to write, got the directory {path!r}")
-    parent = full if directory else os.path.dirname(full)
-    while not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise ValueError(
-            f"{name}: expected a path under directories, got {path!r}, under the file {parent!r}"
-        )
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(
-            f"{name}: expected a path this process may write, got {path!r} ({parent!r} is read-only)"
-        )
-    return path
-
-
-def write_atomically(path: str, write: Callable[[str], Any]) -> None:
-    """Make the file ``path`` whole or not at all: ``write(tmp)`` writes a temporary file beside it,
-    which then replaces ``path`` in one rename (a reader never sees half a file). If anything
-    fails, the temporary file and the directories made for it are removed, and ``path`` is as
-    it was."""
-    full = os.path.abspath(path)
-    parent, made = os.path.dirname(full), []
-    while not os.path.lexists(parent):
-        made.append(parent)
-        parent = os.path.dirname(parent)
-    tmp = os.path.join(os.path.dirname(full), f".{os.path.basename(full)}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        for folder in reversed(made):
-            os.mkdir(folder)
-        write(tmp)
-        os.replace(tmp, full)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        for folder in made:  # the deepest first
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-        raise

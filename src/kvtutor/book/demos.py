@@ -46,7 +46,16 @@ from ..models.gpt2 import (
     split_heads,
 )
 from ..models.gpt2_weights import LayerWeights
-from ..validate import check_max_new_tokens, check_token_ids
+from ..validate import (
+    MAX_COUNT,
+    check_at_most,
+    check_float_dtype,
+    check_int,
+    check_max_new_tokens,
+    check_seed,
+    check_token_ids,
+    seeded_rng,
+)
 
 __all__ = [
     "masked_attention",
@@ -87,6 +96,9 @@ def forward_offset_mask(model: GPT2Model, ids_T: Any, cache: KVCacheBase | None 
 
 # ---------------------------------------------------------------- the cache nobody needs: queries
 
+#: The most layers a ``QCache`` takes (one array each): far more than any published model has.
+MAX_LAYERS = 2**16
+
 
 class QCache:
     """Per layer, the query rows [H, len, K] of every token processed: a cache nobody needs.
@@ -95,6 +107,11 @@ class QCache:
     """
 
     def __init__(self, n_layers: int, n_heads: int, d_head: int, dtype: Any = np.float32) -> None:
+        # sizes checked before anything is allocated: one array per layer, H * K numbers per row
+        n_layers = check_int("n_layers", n_layers, 1, MAX_LAYERS)
+        n_heads, d_head = check_int("n_heads", n_heads, 1), check_int("d_head", d_head, 1)
+        check_at_most("n_heads * d_head", n_heads * d_head, MAX_COUNT, " numbers per query row")
+        dtype = check_float_dtype(dtype)
         self.n_layers, self.n_heads, self.d_head = n_layers, n_heads, d_head
         self._q = [np.zeros((n_heads, 0, d_head), dtype=dtype) for _ in range(n_layers)]
         self.reads = 0
@@ -125,7 +142,7 @@ class QCache:
 
     def scramble(self, seed: int = 0) -> None:
         """Overwrite every stored row with random numbers (to show that nothing depends on them)."""
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_seed(seed))
         self._q = [rng.standard_normal(q.shape).astype(q.dtype) for q in self._q]
 
     @property
@@ -153,7 +170,7 @@ def generate_without_cache(
     ids = [int(i) for i in prompt]
     limit = cfg.max_seq_len
     check_max_new_tokens(max_new_tokens, len(ids), limit, "max_seq_len")
-    rng = np.random.default_rng(seed)
+    rng = seeded_rng(seed)
     new: list[int] = []
     for _ in range(max_new_tokens):
         logits_V = model.logits_without_cache(ids)[-1]
@@ -195,9 +212,9 @@ def pseudo_code_generate(
     prompt_ids = check_token_ids(prompt_ids, cfg.vocab_size, "prompt_ids")
     limit = cfg.max_seq_len
     check_max_new_tokens(max_new, len(prompt_ids), limit, "max_seq_len")
+    rng = seeded_rng(seed)
     if max_new == 0:
         return []
-    rng = np.random.default_rng(seed)
     g, eps, sqrt_d_h = cfg.group_size, cfg.layer_norm_eps, math.sqrt(cfg.d_head)
 
     def lm_head_last(x_TD: np.ndarray) -> np.ndarray:

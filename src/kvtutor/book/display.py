@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..text import TEXT_WIDTH
+from ..validate import check_int
 from .editions import both_editions, missing, register_figure_formatter
 from .labels import translate
 
@@ -43,6 +44,7 @@ __all__ = [
 def setup_notebook(seed: int = 0) -> None:
     """Seed every generator and fix print options, so stored outputs are reproducible; in a
     notebook with inline figures, figures display in both editions (``editions.figure_html``)."""
+    seed = check_int("seed", seed, 0, 2**32 - 1)  # what np.random.seed takes
     random.seed(seed)
     np.random.seed(seed)
     np.set_printoptions(precision=3, suppress=True, linewidth=TEXT_WIDTH, floatmode="fixed")

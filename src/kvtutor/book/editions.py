@@ -14,9 +14,10 @@ serves Jupyter and Colab, which show the English).
 - Tables: ``kvtutor.book.display.table`` and ``markdown_table`` print the English table as
   Markdown, which nbval compares as before, and both editions as HTML.
 
-Strict mode (``KVTUTOR_STRICT_ZH=1``, set by ``make notebooks`` and ``make nbval``): a word with no
-translation, or no CJK font, is an ``EditionError``. Otherwise (a reader's Colab) the Chinese copy
-keeps the English words it cannot translate or draw, silently; ``KVTUTOR_ZH_MISSING=FILE`` appends
+Strict mode (``KVTUTOR_STRICT_ZH=1``, set by ``make notebooks`` and ``make nbval``; a yes/no variable,
+``environment.env_flag``): a word with no translation, or no CJK font, is an ``EditionError``.
+Otherwise (a reader's Colab) the Chinese copy keeps the English words it cannot translate or draw,
+silently; ``KVTUTOR_ZH_MISSING=FILE`` appends
 each untranslated string to FILE, one JSON string per line, for the translator.
 """
 
@@ -29,7 +30,6 @@ import html
 import io
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -40,6 +40,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ..environment import env_flag, env_text
 from .labels import translate
 
 __all__ = [
@@ -122,8 +123,9 @@ class EditionError(ValueError):
 
 
 def strict() -> bool:
-    """Is strict mode on (``KVTUTOR_STRICT_ZH`` set, and not to 0)?"""
-    return os.environ.get(STRICT_ENV, "") not in ("", "0")
+    """Is strict mode on (``KVTUTOR_STRICT_ZH`` yes: 1, true, yes or on; no: 0, false, no, off
+    or unset; anything else a ValueError naming it)?"""
+    return env_flag(STRICT_ENV)
 
 
 def missing(strings: Iterable[str], where: str) -> None:
@@ -135,7 +137,7 @@ def missing(strings: Iterable[str], where: str) -> None:
     if strict():
         listed = ", ".join(repr(s) for s in strings)
         raise EditionError(f"{where}: no Chinese for {listed} (add it to kvtutor/book/labels.py)")
-    log = os.environ.get(MISSING_ENV)
+    log = env_text(MISSING_ENV)
     if log:
         with open(log, "a", encoding="utf-8") as f:
             f.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in strings)
@@ -183,8 +185,9 @@ def _candidates() -> Iterable[str]:
     matplotlib has found, the usual files, and what fontconfig knows to draw Chinese."""
     from matplotlib import font_manager
 
-    if os.environ.get(FONT_ENV):
-        yield os.environ[FONT_ENV]
+    named = env_text(FONT_ENV)
+    if named is not None:
+        yield named
         return
     known = {f.name: f.fname for f in font_manager.fontManager.ttflist}
     yield from (known[n] for n in CJK_FONT_NAMES if n in known)
@@ -466,7 +469,7 @@ def register_figure_formatter(shell: Any = None) -> bool:
         return False
     shell = shell or get_ipython()
     # the backend as set (ipykernel's MPLBACKEND), without resolving an unset one
-    backend = matplotlib.get_backend(auto_select=False) or os.environ.get("MPLBACKEND", "")
+    backend = matplotlib.get_backend(auto_select=False) or env_text("MPLBACKEND") or ""
     if shell is None or "inline" not in backend:
         return False
     import matplotlib_inline.backend_inline  # noqa: F401 - its IPython set-up runs now, not later

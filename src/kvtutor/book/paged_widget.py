@@ -23,7 +23,14 @@ from typing import Any
 
 from ..caches.paged import BlockAllocator
 from ..caches.prefix import PrefixCachingAllocator, block_hashes
-from ..serving.paged_trace import Request, TraceResult, random_trace, shared_prefix_trace, simulate_trace
+from ..serving.paged_trace import (
+    Request,
+    TraceResult,
+    check_replay,
+    random_trace,
+    shared_prefix_trace,
+    simulate_trace,
+)
 from .editions import both_editions
 from .scheduler_widget import timeline_svg
 from .widgets import VERSION, Widget
@@ -212,7 +219,9 @@ def paged_steps(
 ) -> tuple[list[Any], TraceResult]:
     """Every step of ``simulate_trace(trace, "paged", capacity_tokens, 64, 8, prefix_caching=...)``
     with the blocks each request holds, and the run's TraceResult; a RuntimeError if any count
-    differs from ``simulate_trace``'s own."""
+    differs from ``simulate_trace``'s own. The arguments are ``simulate_trace``'s and checked as
+    they are there (``check_replay``), before any pool is made."""
+    check_replay(trace, "paged", capacity_tokens, MAX_SEQ_LEN, BLOCK_SIZE, None, prefix_caching)
     replay = _PagedReplay(trace, capacity_tokens, prefix_caching)
     replay.run()
     real = simulate_trace(

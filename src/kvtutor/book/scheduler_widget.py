@@ -34,6 +34,7 @@ from ..models.gpt2 import GPT2Model
 from ..models.toy import load_toy_model, load_toy_tokenizer
 from ..serving.disagg import StepModel
 from ..serving.loop import ServingTrace, latency_summary, run_serving, step_durations, token_times
+from ..validate import check_choice
 from .editions import both_editions
 from .widgets import VERSION, Widget
 
@@ -46,6 +47,7 @@ __all__ = [
     "serving_runs",
     "serving_cells",
     "timeline_svg",
+    "check_timeline",
 ]
 
 #: What a request does in a step, by its code in the export (``serving_cells``).
@@ -121,6 +123,8 @@ def serving_cells(trace: ServingTrace) -> list[list[list[int]]]:
     codes; slot -1 when it holds none). Positions cached count after the step: the prompt tokens
     run so far, and one per decode step (the newest token is not in the cache yet); 0 once the
     request has left its slot."""
+    if not isinstance(trace, ServingTrace):
+        raise TypeError(f"trace: expected a ServingTrace (run_serving's), got {type(trace).__name__}")
     leave = _leave_steps(trace)
     out = []
     for s in trace.steps:
@@ -267,7 +271,9 @@ FIGURE_WORDS = {
 def timeline_svg(rows: Sequence[Sequence[str | None]], names: Sequence[str], steps: Sequence[int],
                  lang: str, title: str) -> str:  # fmt: skip
     """A static figure of one run: one row per request, one column per step, each cell filled by
-    the request's state in that step (None: not there), with a legend of the states it uses."""
+    the request's state in that step (None: not there), with a legend of the states it uses.
+    The arguments are checked first (``check_timeline``)."""
+    check_timeline(rows, names, steps, lang, title)
     words = FIGURE_WORDS[lang]
     cell, left, top = 12, 28, 34
     width, height = left + cell * len(steps) + 8, top + cell * len(names) + 44
@@ -300,6 +306,42 @@ def timeline_svg(rows: Sequence[Sequence[str | None]], names: Sequence[str], ste
         f'style="max-width: 100%; height: auto" font-family="sans-serif" fill="#222832">'
         f"<title>{html.escape(title)}</title>{''.join(parts)}</svg>"
     )
+
+
+#: The most cells (requests x steps) a timeline draws: each is a few hundred bytes of SVG.
+MAX_TIMELINE_CELLS = 2**16
+
+
+def check_timeline(rows: Any, names: Any, steps: Any, lang: Any, title: Any) -> None:
+    """``timeline_svg``'s arguments, or a TypeError/ValueError naming the first that is wrong, before
+    any SVG is built: ``lang`` one of FIGURE_WORDS's, ``title`` a string, ``names`` and ``steps``
+    sequences of at most MAX_TIMELINE_CELLS cells together, and one row per name (a missing row is
+    named), each with one cell per step, each cell None or a state of FILLS."""
+    check_choice("lang", lang, tuple(FIGURE_WORDS))
+    if not isinstance(title, str):
+        raise TypeError(f"title: expected a string, got {type(title).__name__}")
+    for name, value in (("names", names), ("steps", steps), ("rows", rows)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise TypeError(f"{name}: expected a sequence, got {type(value).__name__}")
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names: expected strings, got {[type(n).__name__ for n in names]}")
+    if len(names) * len(steps) > MAX_TIMELINE_CELLS:
+        raise ValueError(f"steps: expected at most {MAX_TIMELINE_CELLS} cells in all, got {len(names)} "
+                         f"names x {len(steps)} steps")  # fmt: skip
+    if len(rows) != len(names):
+        missing = [repr(n) for n in names[len(rows) :]]
+        what = f"no row for {', '.join(missing)}" if missing else f"{len(rows) - len(names)} rows too many"
+        raise ValueError(f"rows: expected one row per name ({len(names)}), got {len(rows)}: {what}")
+    for name, row in zip(names, rows, strict=True):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or len(row) != len(steps):
+            got = f"{len(row)} cells" if isinstance(row, Sequence) else type(row).__name__
+            raise ValueError(
+                f"rows: the row of {name!r}: expected one cell per step ({len(steps)}), got {got}"
+            )
+        for step, state in zip(steps, row, strict=True):
+            if state is not None and state not in FILLS:
+                raise ValueError(f"rows: the row of {name!r}, step {step}: expected None or one of "
+                                 f"{list(FILLS)}, got {state!r}")  # fmt: skip
 
 
 FALLBACK = {

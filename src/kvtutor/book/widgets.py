@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import fields, replace
@@ -33,7 +32,7 @@ from ..models.gpt2 import GPT2Model
 from ..models.hf_config import bundled_config_path, bundled_models, load_model_spec
 from ..models.tokenizer import ToyTokenizer
 from ..models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
-from ..validate import MAX_COUNT, check_int
+from ..validate import MAX_COUNT, check_int, check_real, greedy
 from .editions import both_editions
 
 __all__ = ["Widget", "cache_stepper", "cache_stepper_data", "kv_calculator", "kv_calculator_data"]
@@ -200,13 +199,13 @@ def cache_stepper_data(
 
     costs = _costs(model, len(ids), n_steps)
     cache, trace = m64.new_cache(), []
-    token = int(np.argmax(m64.prefill(ids, cache, trace)[-1]))
+    token = greedy(m64.prefill(ids, cache, trace)[-1])
     prefill = {"k_LHSK": per_layer(trace, "k_HSK"), "v_LHSK": per_layer(trace, "v_HSK"),
                "next_id": token, "next_token": tokenizer.vocab[token], **costs[0]}  # fmt: skip
     sequence, steps = list(ids), []
     for i in range(n_steps):
         fed, trace, full = token, [], []
-        token = int(np.argmax(m64.decode_step(fed, cache, trace)))
+        token = greedy(m64.decode_step(fed, cache, trace))
         sequence.append(fed)
         m64.forward(sequence, None, full)  # the same step without a cache: every position again
         steps.append({
@@ -304,8 +303,7 @@ def kv_calculator_data(
             raise ValueError(f"{name}: expected one of {', '.join(KV_DTYPES)}, got {value!r}")
     if isinstance(memory_gib, (bool, np.bool_)) or not isinstance(memory_gib, numbers.Real):
         raise TypeError(f"memory_gib: expected a number of GiB, got {type(memory_gib).__name__}")
-    if not math.isfinite(memory_gib):
-        raise ValueError(f"memory_gib: expected a finite number of GiB > 0, got {memory_gib!r}")
+    check_real("memory_gib", memory_gib)  # finite: an int beyond a float's range is refused by name
     # NumPy numbers as Python ones (the page's JSON holds only those); bools and others refused
     memory_gib = int(memory_gib) if isinstance(memory_gib, numbers.Integral) else float(memory_gib)
     seq_len, batch = check_int("seq_len", seq_len, 1), check_int("batch", batch, 1)

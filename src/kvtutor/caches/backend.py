@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..validate import check_float_dtype
+from ..validate import check_float_dtype, torch_device
 
 __all__ = ["QMAX", "quantize_int8", "dequantize_int8", "NumpyOps", "TorchOps", "ops_for", "is_torch_dtype"]
 
@@ -114,7 +114,7 @@ class TorchOps:
 
         if not dtype.is_floating_point:
             raise ValueError(f"dtype: expected a floating-point dtype, got {dtype}")
-        self.torch, self.dtype, self.device = torch, dtype, torch.device(device)
+        self.torch, self.dtype, self.device = torch, dtype, torch_device(device)  # present, or by name
         self.scale_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         self.wide = torch.float64 if self.device.type != "mps" else torch.float32
 

@@ -270,6 +270,17 @@ def model_cache_shape(model: Any, capacity: Any = None) -> tuple[int, int, int, 
     return cfg.n_layers, cfg.n_kv_heads, capacity, cfg.d_head, dtype, device
 
 
+def check_numpy_model(model: Any) -> Any:
+    """``model.config`` if ``model`` is a NumPy model (``GPT2Model``, ``LlamaModel``, ``Qwen3Model``),
+    for code that reads its logits as NumPy rows [T, V]; else a TypeError naming ``model``."""
+    dtype = model_cache_shape(model)[4]
+    if is_torch_dtype(dtype):
+        raise TypeError(
+            f"model: expected a NumPy model (GPT2Model, LlamaModel or Qwen3Model), got {type(model).__name__}"
+        )
+    return model.config
+
+
 def start_position(cache: Any, n_new: int, max_seq_len: int, name: str = "ids_T") -> int:
     """Where ``n_new`` new tokens start: ``len(cache)`` (0 without a cache), after checking that they
     fit in the cache's capacity (``max_seq_len`` without one), or a ValueError naming ``name``."""

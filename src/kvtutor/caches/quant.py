@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from ..validate import check_int, check_max_new_tokens, check_token_ids
+from ..validate import check_int, check_max_new_tokens, check_prompts, check_seed, greedy
 from .backend import QMAX, dequantize_int8, quantize_int8
-from .kv import OneSequenceCache, model_cache_shape
+from .kv import OneSequenceCache, check_numpy_model, model_cache_shape
 from .protocol import Plan
 
 __all__ = [
@@ -296,7 +296,7 @@ def random_prompts(vocab_size: int, n_prompts: int, prompt_len: int, seed: int =
     vocab_size = check_int("vocab_size", vocab_size, 1)
     n_prompts = check_int("n_prompts", n_prompts, 1)
     prompt_len = check_int("prompt_len", prompt_len, 1)
-    rng = np.random.default_rng(check_int("seed", seed, 0))
+    rng = np.random.default_rng(check_seed(seed))
     return rng.integers(0, vocab_size, size=(n_prompts, prompt_len)).tolist()
 
 
@@ -314,16 +314,10 @@ def measure_agreement(
     compared. Up to the first disagreement this is exactly what the quantized cache's own greedy
     decoding would produce; after it, the comparison stays token for token on the same text.
     """
-    QuantizedKVCache.for_model(model, 1, key_mode, group_size)  # a bad model or option: before any work
-    if isinstance(prompts, np.ndarray):
-        prompts = prompts.tolist()
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
-    if not prompts:
-        raise ValueError("prompts: expected at least one prompt, got none")
-    cfg = model.config
+    cfg = check_numpy_model(model)  # every argument by its own name, before any work
+    QuantizedKVCache.for_model(model, 1, key_mode, group_size)
+    prompts = check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
-    prompts = [check_token_ids(p, cfg.vocab_size, f"prompts[{i}]") for i, p in enumerate(prompts)]
     for prompt in prompts:
         check_max_new_tokens(max_new_tokens, len(prompt), cfg.max_seq_len, "max_seq_len")
     n_agree, firsts, max_diff = 0, [], 0.0
@@ -334,8 +328,8 @@ def measure_agreement(
         f_V, q_V = model.prefill(prompt, float_cache)[-1], model.prefill(prompt, quant_cache)[-1]
         first = None
         for i in range(max_new_tokens):
-            token = int(np.argmax(f_V))
-            if token == int(np.argmax(q_V)):
+            token = greedy(f_V)
+            if token == greedy(q_V):
                 n_agree += 1
             elif first is None:
                 first = i

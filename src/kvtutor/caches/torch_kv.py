@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..validate import check_int
+from ..validate import check_int, torch_device
 from .protocol import KVCacheBase, Plan, check_cache_args
 
 __all__ = [
@@ -104,7 +104,7 @@ class TorchKVCache(KVCacheBase):
             n_layers, n_kv_heads, capacity, d_head
         )
         self.batch_size = check_int("batch_size", batch_size, 1)
-        self.device, self.dtype = torch.device(device), dtype
+        self.device, self.dtype = torch_device(device), dtype  # present here, or refused by name
         self.lengths = torch.zeros(self.batch_size, dtype=torch.long, device=self.device)
         self._init_lengths()
 

@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-from ..validate import check_int, check_max_new_tokens, check_token_ids
-from .kv import OneSequenceCache, PreallocatedKVCache, model_cache_shape
+from ..validate import check_int, check_max_new_tokens, check_prompts, greedy
+from .kv import OneSequenceCache, PreallocatedKVCache, check_numpy_model, model_cache_shape
 from .protocol import Plan
 
 __all__ = [
@@ -363,21 +363,17 @@ def measure_eviction(
     are compared. Up to the first disagreement this is the windowed cache's own greedy text; after
     it, the comparison stays on the same text. Logits and KL are taken in float64.
     """
-    model_cache_shape(model)  # a bad model: before any work
-    cfg = model.config
-    if isinstance(prompts, np.ndarray):
-        prompts = prompts.tolist()
-    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
-    if not prompts:
-        raise ValueError("prompts: expected at least one prompt, got none")
+    cfg = check_numpy_model(model)  # every argument by its own name, before any work
+    prompts = check_prompts(prompts, cfg.vocab_size, cfg.max_seq_len)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
-    prompts = [check_token_ids(p, cfg.vocab_size, f"prompts[{i}]") for i, p in enumerate(prompts)]
     for prompt in prompts:
         check_max_new_tokens(max_new_tokens, len(prompt), cfg.max_seq_len, "max_seq_len")
+    if isinstance(n_sinks, np.ndarray):
+        n_sinks = n_sinks.tolist()
     if isinstance(n_sinks, (str, bytes)) or not isinstance(n_sinks, Sequence) or not n_sinks:
         raise TypeError(f"n_sinks: expected a non-empty list of ints, got {n_sinks!r}")
-    checked = [check_window(window, n, cfg.max_seq_len) for n in n_sinks]
+    window = check_int("window", window, 1, cfg.max_seq_len)
+    checked = [(window, check_int(f"n_sinks[{i}]", n, 0, window - 1)) for i, n in enumerate(n_sinks)]
     shape = (len(prompts), max_new_tokens)
     agree = [np.zeros(shape, dtype=bool) for _ in checked]
     diff = [np.zeros(shape) for _ in checked]
@@ -389,10 +385,10 @@ def measure_eviction(
         full_V = model.prefill(prompt, full)[-1]
         win_V = [model.prefill(prompt, c)[-1] for c in windowed]
         for i in range(max_new_tokens):
-            token = int(np.argmax(full_V))
+            token = greedy(full_V)
             log_p_V = _log_softmax(full_V)
             for j, logits_V in enumerate(win_V):
-                agree[j][b, i] = token == int(np.argmax(logits_V))
+                agree[j][b, i] = token == greedy(logits_V)
                 diff[j][b, i] = np.mean(np.abs(full_V.astype(np.float64) - logits_V))
                 kl[j][b, i] = np.sum(np.exp(log_p_V) * (log_p_V - _log_softmax(logits_V)))
             if i + 1 < max_new_tokens:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..environment import env_choice
 from ..validate import dtype_info, torch_dtype
 
 __all__ = [
@@ -91,9 +92,7 @@ def bench_size(quick: bool | None = None, device: str = "cpu") -> str:
     ``quick=True`` gives "quick"; otherwise the environment variable ``KVTUTOR_BENCH_SIZE`` decides,
     and without it the default is "full" on CUDA and "quick" on a CPU.
     """
-    env = os.environ.get("KVTUTOR_BENCH_SIZE", "").strip().lower()
-    if env and env not in SIZES:
-        raise ValueError(f"KVTUTOR_BENCH_SIZE: expected one of {list(SIZES)}, got {env!r}")
+    env = env_choice("KVTUTOR_BENCH_SIZE", SIZES)
     if quick:
         return "tiny" if env == "tiny" else "quick"
     if env:

@@ -389,9 +389,9 @@ def build_hf_gpt2(source: Any, device: str = "cpu", dtype: Any = None) -> Any:
     import torch
     import transformers
 
-    from ..validate import torch_dtype
+    from ..validate import torch_device, torch_dtype
 
-    dt = torch.float32 if dtype is None else torch_dtype(dtype)
+    device, dt = torch_device(device), torch.float32 if dtype is None else torch_dtype(dtype)
     if isinstance(source, GPT2Config):
         hf = transformers.GPT2LMHeadModel(hf_gpt2_config(source))
         return hf.to(device=device, dtype=dt).eval()

@@ -406,10 +406,17 @@ def read_hf_config(path: str | os.PathLike, name: str = "") -> ModelSpec:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path: expected a file path, got {type(path).__name__}")
     p = Path(path)
-    if p.is_dir():
+    folder = p.is_dir()
+    if folder:
         p = p / "config.json"
+    if not p.exists():
+        inside = f" (the folder {str(p.parent)!r} has no config.json)" if folder else ""
+        raise ValueError(f"path: no such file {str(p)!r}{inside}")
     if not p.is_file():
-        raise ValueError(f"path: no such file {str(p)!r}")
+        raise ValueError(f"path: expected a config.json file, got {str(p)!r}, which exists but is not "
+                         "a regular file (a device, a pipe or a socket)")  # fmt: skip
+    if p.stat().st_size == 0:
+        raise ValueError(f"path: expected a config.json file, got {str(p)!r}, which is empty")
     try:
         config = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -444,15 +451,22 @@ def bundled_models() -> list[str]:
     return sorted(names, key=lambda n: (read_hf_config(bundled_config_path(n)).n_params, n))
 
 
+def _bundled_paths() -> dict[str, Path]:
+    """Every bundled config by its model name (the file's stem, lower case)."""
+    return {p.stem.lower(): p for p in _configs_dir().glob("*.json") if p.is_file()}
+
+
 def bundled_config_path(name: str) -> Path:
-    """The path of a bundled config.json by model name (case-insensitive)."""
+    """The path of a bundled config.json by model name (case-insensitive).
+
+    Only a name the table lists is looked up, never a path: ``'../runs/bench-cpu'`` or
+    ``'/etc/passwd'`` is refused, whatever lies there."""
     if not isinstance(name, str):
         raise TypeError(f"name: expected a model name, got {type(name).__name__}")
-    p = _configs_dir() / f"{name.lower()}.json"
-    if not p.is_file():
-        known = ", ".join(sorted(q.stem for q in _configs_dir().glob("*.json")))
-        raise ValueError(f"name: no bundled config {name!r}; bundled: {known}")
-    return p
+    bundled = _bundled_paths()
+    if name.lower() not in bundled:
+        raise ValueError(f"name: no bundled config {name!r}; bundled: {', '.join(sorted(bundled))}")
+    return bundled[name.lower()]
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -480,7 +494,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     saying where to get its config.json: nothing is downloaded.
     """
     if isinstance(name_or_path, str) and not os.path.exists(name_or_path):
-        if (_configs_dir() / f"{name_or_path.lower()}.json").is_file():
+        if name_or_path.lower() in _bundled_paths():
             return read_hf_config(bundled_config_path(name_or_path), name=name_or_path.lower())
         if _HUB_ID.match(name_or_path) and not name_or_path.endswith(".json"):
             raise ValueError(_hub_id_message(name_or_path))

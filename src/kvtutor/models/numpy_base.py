@@ -21,7 +21,14 @@ import numpy as np
 
 from ..caches.kv import ConcatKVCache, PreallocatedKVCache, check_cache, make_cache, start_position
 from ..caches.protocol import KVCacheBase, Plan
-from ..validate import check_int, check_max_new_tokens, check_temperature, check_token_id, check_token_ids
+from ..validate import (
+    check_int,
+    check_max_new_tokens,
+    check_temperature,
+    check_token_id,
+    check_token_ids,
+    seeded_rng,
+)
 from .steps import sample
 from .tracing import capture_layers
 from .weight_schema import check_logits
@@ -255,7 +262,7 @@ class NumpyDecoder:
         if stop_token is not None:
             check_token_id(stop_token, cfg.vocab_size, "stop_token")
         temperature = check_temperature(temperature)
-        rng = np.random.default_rng(seed)
+        rng = seeded_rng(seed)
         new: list[int] = []
         if max_new_tokens == 0:
             return new

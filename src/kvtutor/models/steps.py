@@ -9,10 +9,18 @@ dimension key is in ``kvtutor.__doc__``).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-from ..validate import check_temperature
+from ..validate import (
+    check_int,
+    check_logits_row,
+    check_rng,
+    check_temperature,
+    checked_by,
+    greedy,
+)
 
 __all__ = [
     "linear",
@@ -28,6 +36,8 @@ __all__ = [
     "attention_core",
     "lm_head",
     "sample",
+    "check_sample",
+    "greedy",
 ]
 
 
@@ -177,21 +187,39 @@ def sample(
     top_k: int | None = None,
 ) -> int:
     """[V] -> token id: argmax when temperature is 0, else a draw from
-    softmax(logits / temperature).
+    softmax(logits / temperature), over the top_k largest logits if given.
 
     The book shows this in "Prefill, step by step".
     """
-    temperature = check_temperature(temperature)
     if temperature == 0:
         return int(np.argmax(logits_V))
     logits_V = np.asarray(logits_V, dtype=np.float64) / temperature
     if top_k is not None:
-        if not 1 <= top_k <= len(logits_V):
-            raise ValueError(
-                f"top_k: expected 1 <= top_k <= {len(logits_V)}, got {top_k}",
-            )
         kth = np.sort(logits_V)[-top_k]
         logits_V = np.where(logits_V < kth, -np.inf, logits_V)
     p_V = softmax(logits_V)
     rng = np.random.default_rng() if rng is None else rng
     return int(rng.choice(len(p_V), p=p_V))
+
+
+def check_sample(logits_V: Any, temperature: Any, rng: Any, top_k: Any) -> None:
+    """``sample``'s arguments, each refused by name before anything is drawn:
+    one row [V] of finite real logits (a batch is not flattened), a finite
+    temperature >= 0 at which logits / temperature stays finite, a NumPy
+    Generator or None, and top_k None or an int (never a bool) in 1 .. V."""
+    logits_V = check_logits_row(logits_V)
+    temperature = check_temperature(temperature)
+    check_rng(rng)
+    n_vocab = int(logits_V.shape[0])
+    if top_k is not None:
+        check_int("top_k", top_k, 1, n_vocab)
+    if temperature > 0:
+        largest = float(np.abs(np.asarray(logits_V, dtype=np.float64)).max())
+        if not math.isfinite(largest / temperature):
+            raise ValueError(
+                f"temperature: expected one at which logits / temperature stays "
+                f"finite (the largest |logit| is {largest:.4g}), got {temperature!r}"
+            )
+
+
+sample = checked_by(check_sample)(sample)

@@ -241,8 +241,10 @@ def token_ids(ids: Any, rank: int, vocab_size: int, name: str, device: torch.dev
         try:
             ids = np.asarray(ids)
         except ValueError as err:  # ragged nested lists
+            lengths = [len(row) if hasattr(row, "__len__") else "an int" for row in ids]
+            got = f"rows of lengths {lengths}" if len(set(map(str, lengths))) > 1 else "rows nested deeper"
             raise ValueError(
-                f"{name}: expected a rectangular {dims} array of token ids, got ragged rows"
+                f"{name}: expected a rectangular {dims} array of token ids (rows of one length), got {got}"
             ) from err
     shape = list(ids.shape)
     if len(shape) != rank:

@@ -18,7 +18,6 @@ device and dtype, and decides three things the same way for GPT-2, Llama and Qwe
 from __future__ import annotations
 
 import functools
-import os
 import statistics
 import time
 from typing import Any
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 
 from ..caches.torch_kv import host_empty
+from ..environment import env_choice
 
 __all__ = [
     "VOCAB_MULTIPLE",
@@ -66,9 +66,7 @@ def one_row_product(dtype: torch.dtype = torch.float32, n_bytes: int | None = No
     of ``ONEDNN_MIN_BYTES`` and more; ``KVTUTOR_DECODE_PRODUCT=blas`` or ``onednn`` decides for
     every matrix. Weights oneDNN cannot multiply (float64, float16) and torch builds without
     oneDNN always take BLAS's."""
-    env = os.environ.get(_ENV, "").strip().lower()
-    if env not in ("", "auto", *ONE_ROW_PRODUCTS):
-        raise ValueError(f"{_ENV}: expected one of {['auto', *ONE_ROW_PRODUCTS]}, got {env!r}")
+    env = env_choice(_ENV, ("auto", *ONE_ROW_PRODUCTS), "auto")
     if dtype not in _ONEDNN_DTYPES or not onednn_available():
         return "blas"
     if env in ONE_ROW_PRODUCTS:

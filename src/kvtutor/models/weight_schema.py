@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..validate import check_logits  # the one finite-logits check, below the caches
+
 __all__ = ["check_weights", "check_logits", "array_dtype_name"]
 
 
@@ -109,24 +111,3 @@ def check_weights(weights: Any, config: Any, schema: Mapping[str, tuple[int, ...
 
 def _sizes(config: Any) -> str:
     return f"(n_layers={config.n_layers}, d_model={config.d_model})"
-
-
-def check_logits(logits: Any, rows: Any = None) -> Any:
-    """``logits`` (a NumPy array or torch tensor, the vocabulary last) if every number is finite,
-    else a ValueError naming ``logits``: a token chosen by argmax or by sampling from a NaN is
-    token 0 or garbage, never an error. ``rows``: only these rows of the first axis count (a torch
-    batch's active rows). Both bases run it on every pass before committing the cache, so a pass
-    that fails it changes no cache."""
-    part = logits if rows is None else logits[rows]
-    if _is_tensor(part):
-        import torch
-
-        bad = int((~torch.isfinite(part)).sum())
-    else:
-        bad = int(part.size - np.isfinite(part).sum())
-    if bad:
-        raise ValueError(
-            f"logits: expected finite numbers, got {bad} NaN or inf of {int(np.prod(part.shape))}: "
-            "the weights or the inputs overflow this model's dtype (the cache was not changed)"
-        )
-    return logits

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..caches.protocol import KVCacheBase
 from ..models.numpy_base import NumpyDecoder
-from ..validate import check_int, check_token_ids
+from ..validate import check_int, check_token_ids, greedy
 
 __all__ = [
     "is_torch_model",
@@ -143,6 +143,13 @@ class LoopedSlots:
         self.model = model
         make = (lambda m: model.new_cache(capacity=m)) if new_cache is None else new_cache
         self.caches: list[KVCacheBase] = [make(capacity) for _ in range(n_slots)]
+        first_slot: dict[int, int] = {}
+        for slot, cache in enumerate(self.caches):  # one slot's tokens must never land in another's
+            if first_slot.setdefault(id(cache), slot) != slot:
+                raise ValueError(
+                    f"new_cache: expected a new cache for each of the {n_slots} slots, got the same "
+                    f"cache object for slots {first_slot[id(cache)]} and {slot} (make one per call)"
+                )
         for cache in self.caches:  # before any request is run: a cache of this model, one sequence
             check_one_sequence(model, cache, "new_cache")
             if cache.capacity < capacity:
@@ -158,12 +165,12 @@ class LoopedSlots:
             cache.truncate(0)
         else:
             check_length(len(cache), start)
-        return int(np.argmax(forward_one(self.model, ids, cache)[-1]))
+        return greedy(forward_one(self.model, ids, cache)[-1])
 
     def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
         """One new token for each listed slot -> the next (greedy) token of each."""
         return [
-            int(np.argmax(forward_one(self.model, [tok], self.caches[slot])[-1]))
+            greedy(forward_one(self.model, [tok], self.caches[slot])[-1])
             for slot, tok in zip(slots, tokens, strict=True)
         ]
 
@@ -182,9 +189,9 @@ class BatchedSlots:
         emptied first) -> the greedy token after them (the first token, after the last chunk)."""
         if start == 0:
             self.cache.reset_row(slot)
-            return int(self.model.prefill_row(ids, self.cache, slot)[-1].argmax())
+            return greedy(self.model.prefill_row(ids, self.cache, slot)[-1])
         check_length(self.cache.host_lengths[slot], start)
-        return int(forward_row(self.model, ids, self.cache, slot)[-1].argmax())
+        return greedy(forward_row(self.model, ids, self.cache, slot)[-1])
 
     def decode(self, slots: list[int], tokens: list[int]) -> list[int]:
         """One new token for each listed row, all in one step -> the next (greedy) token of each."""
@@ -192,8 +199,8 @@ class BatchedSlots:
         ids_B[slots] = tokens
         active_B = np.zeros(self.n_slots, dtype=bool)
         active_B[slots] = True
-        next_B = self.model.decode_step(ids_B, self.cache, active=active_B).argmax(dim=-1).cpu()
-        return [int(next_B[s]) for s in slots]
+        logits_BV = self.model.decode_step(ids_B, self.cache, active=active_B)
+        return [greedy(logits_BV[s]) for s in slots]
 
 
 def check_length(held: int, start: int) -> None:

@@ -46,7 +46,7 @@ import numpy as np
 
 from ..measure import costs
 from ..models.config import GPT2Config
-from ..validate import check_int
+from ..validate import check_int, check_seed
 
 __all__ = [
     "LLAMA_7B_LIKE", "DEPLOYMENTS", "METRICS", "DEFAULT_RATES", "SERVING_MECHANISMS", "MECHANISMS_CHECKED",
@@ -119,7 +119,7 @@ def make_trace(
     s_lo, s_hi = _check_range("short_prompt", short_prompt)
     l_lo, l_hi = _check_range("long_prompt", long_prompt)
     out_lo, out_hi = _check_range("output_len", output_len)
-    rng = np.random.default_rng(check_int("seed", seed, 0))
+    rng = np.random.default_rng(check_seed(seed))
     arrival_N = np.cumsum(rng.exponential(1.0, n)) / rate
     long_N = rng.random(n) < long_fraction
     prompt_N = np.where(long_N, rng.integers(l_lo, l_hi + 1, n), rng.integers(s_lo, s_hi + 1, n))

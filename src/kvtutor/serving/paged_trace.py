@@ -31,9 +31,21 @@ import numpy as np
 from ..caches.paged import BlockAllocator, PagedKVPool
 from ..caches.prefix import PrefixCachingAllocator, PrefixCachingPool, block_hashes
 from ..models.gpt2 import NumpyDecoder
-from ..validate import check_choice, check_int, check_real, check_seed, check_token_ids
+from ..validate import check_choice, check_int, check_real, check_seed, check_token_ids, greedy
 
-__all__ = ["Request", "random_trace", "shared_prefix_trace", "TraceResult", "simulate_trace"]
+__all__ = [
+    "Request",
+    "random_trace",
+    "shared_prefix_trace",
+    "TraceResult",
+    "simulate_trace",
+    "check_replay",
+    "MAX_BLOCKS",
+]
+
+#: The most blocks a replay's pool may have: it lists every free block, so a pool of 10**18
+#: positions is refused by name instead of running out of memory.
+MAX_BLOCKS = 2**20
 
 
 @dataclass(frozen=True)
@@ -230,7 +242,7 @@ def simulate_trace(
     Request's fields are ints (2.5 output tokens are refused, never rounded) and its prompt_ids
     the model's token ids, and ``model`` is None or a NumPy model.
     """
-    _check_replay(trace, scheme, capacity_tokens, max_seq_len, block_size, model, prefix_caching)
+    check_replay(trace, scheme, capacity_tokens, max_seq_len, block_size, model, prefix_caching)
     seed, max_steps = check_seed(seed), check_int("max_steps", max_steps, 1)
     replay = _Replay(trace, scheme, capacity_tokens, max_seq_len, block_size, model, seed, prefix_caching)
     return replay.run(max_steps)
@@ -316,7 +328,7 @@ class _Replay:
                     live.blocks.append(self.allocator.allocate())
             if self.model is not None:
                 logits_V = self.model.decode_step(live.tokens[-1], live.cache)
-                live.tokens.append(int(np.argmax(logits_V)))
+                live.tokens.append(greedy(logits_V))
             live.generated += 1
             produced += 1
         return produced
@@ -355,7 +367,7 @@ class _Replay:
             ids = self.prompts[live.index] + live.tokens[:-1]
             logits_V = self.model.prefill(ids[cached:], live.cache)[-1]
             if not live.tokens:
-                live.tokens.append(int(np.argmax(logits_V)))
+                live.tokens.append(greedy(logits_V))
         result = self.result
         result.prompt_tokens += live.length
         result.cached_tokens += cached
@@ -433,11 +445,13 @@ class _Replay:
                 self.result.outputs[live.index] = live.tokens
 
 
-def _check_replay(
+def check_replay(
     trace: Any, scheme: Any, capacity_tokens: Any, max_seq_len: Any, block_size: Any, model: Any,
     prefix_caching: Any,
 ) -> None:  # fmt: skip
-    """simulate_trace's arguments, or a TypeError/ValueError naming the first that is wrong."""
+    """simulate_trace's arguments (and ``book.paged_widget.paged_steps``'s), or a TypeError/ValueError
+    naming the first that is wrong; a pool of more than ``MAX_BLOCKS`` blocks is refused before
+    anything is allocated."""
     check_choice("scheme", scheme, ("contiguous", "paged"))
     if model is not None and not isinstance(model, NumpyDecoder):
         raise TypeError(
@@ -453,6 +467,11 @@ def _check_replay(
     check_int("max_seq_len", max_seq_len, 1)
     check_int("block_size", block_size, 1)
     check_int("capacity_tokens", capacity_tokens, 1)
+    if capacity_tokens // block_size > MAX_BLOCKS:
+        raise ValueError(
+            f"capacity_tokens: expected at most {MAX_BLOCKS} blocks of {block_size} positions "
+            f"({MAX_BLOCKS * block_size} positions), got {capacity_tokens}"
+        )
     if capacity_tokens < max_seq_len or capacity_tokens // block_size < math.ceil(max_seq_len / block_size):
         raise ValueError(
             f"capacity_tokens: expected room for one sequence of max_seq_len={max_seq_len} "

@@ -29,6 +29,7 @@ from ..models.config import GPT2Config
 from ..models.gpt2 import NumpyDecoder, softmax
 from ..validate import (
     check_int,
+    check_logits,
     check_max_new_tokens,
     check_real,
     check_seed,
@@ -36,6 +37,7 @@ from ..validate import (
     check_token_id,
     check_token_ids,
     checked_by,
+    greedy,
 )
 from .backends import check_empty_cache, check_model, forward_one, is_torch_model
 
@@ -110,8 +112,9 @@ def token_probs(logits_TV: np.ndarray, temperature: float) -> np.ndarray:
     logits_TV = np.asarray(logits_TV, dtype=np.float64)
     if temperature == 0:
         probs_TV = np.zeros_like(logits_TV)
-        probs_TV[np.arange(len(logits_TV)), logits_TV.argmax(axis=-1)] = 1.0
+        probs_TV[np.arange(len(logits_TV)), [greedy(row_V) for row_V in logits_TV]] = 1.0
         return probs_TV
+    check_logits(logits_TV)
     return softmax(logits_TV / temperature)
 
 
