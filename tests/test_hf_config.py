@@ -379,7 +379,7 @@ def test_spec_validation():
     )  # fmt: skip
     ModelSpec(**good)
     for change, pattern in [
-        ({"arch": "rnn"}, r"^arch: expected 'gpt2' or 'gated'"),
+        ({"arch": "rnn"}, r"^arch: expected one of 'gpt2', 'gated', 'plain', 'ssm', got 'rnn'"),
         ({"n_kv_heads": 3}, r"^n_kv_heads: expected a divisor of n_heads=2"),
         ({"n_sliding_layers": 1}, r"^n_sliding_layers: expected 0 when sliding_window is None"),
         ({"sliding_window": 4, "n_sliding_layers": 3}, r"^n_sliding_layers: expected 0 \.\. 2"),
@@ -519,7 +519,7 @@ def test_moe_and_mla_counts_agree_with_transformers(config):
 @pytest.mark.parametrize(
     ("config", "pattern"),
     [
-        ({**LLAMA, "model_type": "falcon"}, r"^config\['model_type'\]: expected one of gpt2, .*got 'falcon'"),
+        ({**LLAMA, "model_type": "rwkv"}, r"^config\['model_type'\]: expected one of gpt2, .*got 'rwkv'"),
         ({**LLAMA, "kv_lora_rank": 512}, r"^config\['kv_lora_rank'\]: model_type 'llama' does not use this"),
         ({**LLAMA, "num_local_experts": 8}, r"^config\['num_local_experts'\]: model_type 'llama'"),
         ({**LLAMA, "mlp_bias": True}, r"^config\['mlp_bias'\]: biases on the MLP are not modelled"),
@@ -640,11 +640,11 @@ def test_family_head_dim_defaults():
     [
         (
             {**DEEPSEEK_SMALL, "head_dim": 5},
-            r"^config\['head_dim'\]: expected qk_rope_head_dim=4 or .*=12, got 5",
+            r"^config\['head_dim'\]: expected 4 or 12 \(from qk_rope_head_dim or .*\), got 5",
         ),
         (
             {**QWEN3_MOE, "num_local_experts": 5},
-            r"^config\['num_local_experts'\]: expected num_experts=6, got 5",
+            r"^config\['num_local_experts'\]: expected 6 \(from num_experts\), got 5",
         ),
         (
             {**json.loads(bundled_config_path("starcoder").read_text()), "num_key_value_heads": 48},

@@ -242,7 +242,7 @@ def test_cli_errors_exit_2_with_a_clear_message(capsys, tmp_path, argv, message)
     broken = tmp_path / "broken.json"
     broken.write_text('{"hidden_size": 4096,')
     unknown = tmp_path / "unknown.json"
-    unknown.write_text(json.dumps({**cfg, "model_type": "falcon", "num_hidden_layers": 2}))
+    unknown.write_text(json.dumps({**cfg, "model_type": "rwkv", "num_hidden_layers": 2}))
     argv = [{"MISSING": str(missing), "BROKEN": str(broken), "UNKNOWN": str(unknown)}.get(a, a) for a in argv]
     rc, out, err = run_main(capsys, *argv)
     assert rc == 2 and out == ""

@@ -35,9 +35,11 @@ from kvtutor.book.widgets import cache_stepper, kv_calculator
 from kvtutor.measure import memory
 from kvtutor.measure.costs import generation_costs
 from kvtutor.models.hf_config import (
+    ConfigError,
     ModelSpec,
     bundled_config_path,
     bundled_models,
+    family_examples,
     load_model_spec,
     read_hf_config,
     spec_from_dict,
@@ -295,7 +297,8 @@ SETTINGS = [
 RESULT_KEYS = (
     "kv_bytes_per_token", "kv_scale_bytes_per_token", "kv_bytes_per_token_decompressed",
     "kv_bytes_per_sequence", "kv_bytes_per_sequence_full", "kv_bytes_per_sequence_bf16",
-    "kv_scale_bytes_fixed", "kv_bytes_total", "weights_bytes", "total_bytes", "memory_bytes",
+    "state_bytes_per_sequence", "kv_scale_bytes_fixed", "kv_bytes_total", "weights_bytes", "total_bytes",
+    "memory_bytes",
 )  # fmt: skip
 
 
@@ -311,6 +314,7 @@ def compare(got: dict, report: dict, where: str) -> list[str]:
         "kv_bytes_per_sequence_full": report["kv_bytes_per_sequence_full"] != report["kv_bytes_per_sequence"],
         "kv_bytes_per_sequence_bf16": report["kv_bytes_per_sequence_bf16"] != report["kv_bytes_per_sequence"],
         "kv_scale_bytes_fixed": report["kv_scale_bytes_fixed"] > 0,
+        "state_bytes_per_sequence": report["n_state_layers"] > 0,
     }  # fmt: skip
     problems += [f"{where}: {key} {'not ' if want else ''}shown" for key, want in shown_when.items()
                  if (key in got) != want]  # fmt: skip
@@ -422,6 +426,9 @@ READ_RESULTS = """(root) => {
   node.querySelectorAll("[data-key]").forEach((n) => { out.shown[n.dataset.key] = n.textContent; });
   out.verdict = node.querySelector(".kvw-verdict").textContent;
   out.bar = node.querySelectorAll(".kvw-bar .kvw-seg").length;
+  out.note = [...node.querySelectorAll("[data-note]")].map((n) => n.textContent);
+  out.fields = Object.fromEntries([...node.querySelectorAll("input[data-field]")]
+    .map((n) => [n.dataset.field, n.value]));
   return out;
 }"""
 
@@ -483,15 +490,18 @@ def drive_refusals(page, lang: str) -> list[str]:
 # ---------------------------------------------------------------- config.json in the page
 
 CONFIG_FIELDS = ("n_layers", "n_heads", "n_kv_heads", "d_head", "d_value", "kv_lora_rank", "qk_rope_head_dim",
-                 "sliding_window", "n_sliding_layers", "max_seq_len", "n_params")  # fmt: skip
+                 "sliding_window", "n_sliding_layers", "max_seq_len", "n_params", "n_state_layers",
+                 "state_numbers_per_layer", "nested_in")  # fmt: skip
+#: kv-config.js reads a config by the rule table the calculator's data carries (families.export())
 READ_CONFIG = """([text, fields]) => {
+  const data = document.querySelector('.kvtutor-widget[data-kvtutor-widget="kv-calculator"] script');
   try {
-    const s = window.kvtutorWidgets.readConfig(text);
+    const s = window.kvtutorWidgets.readConfig(text, JSON.parse(data.textContent).families);
     return {ok: true, attention: s.attention,
             ...Object.fromEntries(fields.map((k) => [k, s[k] === null ? null : String(s[k])]))};
   } catch (e) {
     if (!(e instanceof window.kvtutorWidgets.ConfigError)) return {ok: false, thrown: String(e)};
-    return {ok: false, key: e.key, message: e.message};
+    return {ok: false, key: e.key, keys: e.problems.map((p) => p.key), message: e.message};
   }
 }"""
 LLAMA = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4,
@@ -651,7 +661,7 @@ EDGE_CONFIGS = [
     ),
     # refused, by the key hf_config names
     ("no model_type", json.dumps({k: v for k, v in LLAMA.items() if k != "model_type"})),
-    ("an unknown model_type", json.dumps({**LLAMA, "model_type": "mamba"})),
+    ("an unknown model_type", json.dumps({**LLAMA, "model_type": "rwkv"})),
     ("a float size", json.dumps(LLAMA).replace('"num_hidden_layers": 22', '"num_hidden_layers": 22.0')),
     ("an exponent size", json.dumps(LLAMA).replace('"hidden_size": 2048', '"hidden_size": 2e3')),
     ("a bool size", json.dumps({**LLAMA, "num_attention_heads": True})),
@@ -706,26 +716,95 @@ EDGE_CONFIGS = [
 ]
 
 
+def _example(name: str, **change: object) -> str:
+    config = json.loads(bundled_config_path(name).read_text(encoding="utf-8"))
+    return json.dumps({k: v for k, v in {**config, **change}.items() if v is not _DROP})
+
+
+_DROP = object()
+#: configs of the further families, read or refused as hf_config does (refusals by every key)
+FAMILY_EDGES = [
+    ("Falcon, neither multi-query nor the new layout", _example("falcon-7b", multi_query=False)),
+    ("Falcon's new layout with one norm", _example("falcon-40b", num_ln_in_parallel_attn=1)),
+    ("Falcon with biases", _example("falcon-7b", bias=True)),
+    (
+        "OPT without biases or norm weights",
+        _example("opt-13b", enable_bias=False, layer_norm_elementwise_affine=False),
+    ),
+    ("Pythia without attention biases", _example("pythia-6.9b", attention_bias=False)),
+    ("StarCoder2 without biases or window", _example("starcoder2-15b", use_bias=False, sliding_window=None)),
+    ("Command-R with q/k norms", _example("command-r", use_qk_norm=True)),
+    ("InternLM2 with biases", _example("internlm2.5-7b", bias=True)),
+    ("Jamba with a window on its attention layers", _example("jamba-v0.1", sliding_window=4096)),
+    (
+        "Jamba with attention every other layer",
+        _example("jamba-v0.1", attn_layer_period=2, attn_layer_offset=1),
+    ),
+    ("Mamba's dt rank 'auto'", _example("mamba-2.8b", time_step_rank="auto")),
+    ("Bamba's SSM head size 'auto'", _example("bamba-9b", mamba_d_head="auto")),
+    (
+        "Bamba's 'auto' head size that does not divide",
+        _example("bamba-9b", mamba_d_head="auto", mamba_n_heads=100),
+    ),
+    (
+        "a LLaVA text_config without model_type",
+        json.dumps({"model_type": "llava", "text_config": {"max_position_embeddings": 4096}}),
+    ),  # fmt: skip
+    ("Gemma-3 multimodal, text defaults", json.dumps({"model_type": "gemma3", "text_config": {}})),
+    # refused, naming every bad key
+    (
+        "three bad keys at once",
+        json.dumps({**LLAMA, "hidden_size": "2048", "num_attention_heads": 0, "kv_lora_rank": 512}),
+    ),
+    (
+        "Falcon with a float size and a hybrid's key",
+        _example("falcon-7b", hidden_size=4544.0, attn_layer_period=8),
+    ),
+    ("Falcon's num_kv_heads that do not divide", _example("falcon-40b", num_kv_heads=7)),
+    ("a wrapper whose text_config is not an object", json.dumps({"model_type": "gemma3", "text_config": 3})),
+    ("Mamba without its state size", _example("mamba-2.8b", state_size=_DROP)),
+    ("Mamba with a Llama key", _example("mamba-2.8b", num_key_value_heads=8)),
+    ("Jamba's attention offset past its period", _example("jamba-v0.1", attn_layer_offset=9)),
+    ("Jamba's expert offset past its period", _example("jamba-v0.1", expert_layer_offset=2)),
+    ("Bamba's attention layer past the last", _example("bamba-9b", attn_layer_indices=[9, 32])),
+    ("OPT without ffn_dim, vocab_size", _example("opt-13b", ffn_dim=_DROP, vocab_size=_DROP)),
+    ("only a model_type: every size missing, in the table's order", json.dumps({"model_type": "opt"})),
+    ("a Mamba with every size missing", json.dumps({"model_type": "mamba", "use_bias": "no"})),
+    (
+        "a nested Llama with a bad size",
+        json.dumps({"model_type": "llava", "text_config": {"hidden_size": -1}}),
+    ),
+]
+
+
 def python_reads(text: str) -> dict:
-    """What kvtutor.models.hf_config makes of ``text``: the spec's fields, or the key it refuses."""
+    """What kvtutor.models.hf_config makes of ``text``: the spec's fields, or every key it refuses
+    (``keys``, in order; ``key`` the first)."""
     try:
         config = json.loads(text)
         if not isinstance(config, dict):
             raise ValueError("config: not a JSON object")
         spec = spec_from_dict(config)
+    except ConfigError as exc:
+        return {
+            "ok": False,
+            "key": exc.problems[0][0],
+            "keys": [k for k, _ in exc.problems],
+            "message": str(exc),
+        }
     except (TypeError, ValueError) as exc:
-        found = re.search(r"config\['(\w+)'\]|missing key '(\w+)'", str(exc))
-        return {"ok": False, "key": next((g for g in found.groups() if g), None) if found else None,
-                "message": str(exc)}  # fmt: skip
+        return {"ok": False, "key": None, "keys": None, "message": str(exc)}
     out = {k: None if getattr(spec, k) is None else str(getattr(spec, k)) for k in CONFIG_FIELDS}
     return {"ok": True, "attention": spec.attention_kind, **out}
 
 
 def check_reader(page) -> list[str]:
-    """kv-config.js against hf_config: every bundled config.json and every edge config."""
+    """kv-config.js against hf_config: every bundled config.json, every family example and every
+    edge config: the same sizes, or the same keys refused, every one of them, in the same order."""
     problems = []
-    cases = [(f"bundled {n}", bundled_config_path(n).read_text(encoding="utf-8")) for n in bundled_models()]
-    for what, text in cases + EDGE_CONFIGS:
+    cases = [(f"bundled {n}", bundled_config_path(n).read_text(encoding="utf-8"))
+             for n in bundled_models() + family_examples()]  # fmt: skip
+    for what, text in cases + EDGE_CONFIGS + FAMILY_EDGES:
         want, got = python_reads(text), page.evaluate(READ_CONFIG, [text, list(CONFIG_FIELDS)])
         if want["ok"] != got["ok"] or "thrown" in got:
             problems.append(
@@ -734,12 +813,12 @@ def check_reader(page) -> list[str]:
             )
         elif want["ok"] and got != want:
             problems.append(f"{what}: { ({k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}) }")
-        elif not want["ok"] and want["key"] and got["key"] != want["key"]:
-            problems.append(f"{what}: Python names {want['key']!r} ({want['message']}), the page "
-                            f"{got['key']!r} ({got['message']})")  # fmt: skip
+        elif not want["ok"] and want["keys"] is not None and got["keys"] != want["keys"]:
+            problems.append(f"{what}: Python names {want['keys']!r} ({want['message']}), the page "
+                            f"{got['keys']!r} ({got['message']})")  # fmt: skip
         elif not want["ok"] and not want["key"] and got["key"] and got["key"] not in text:
             problems.append(f"{what}: the page names {got['key']!r}, which the config does not hold")
-    assert len(cases) == len(bundled_models()) >= 20
+    assert len(cases) == len(bundled_models()) + len(family_examples()) >= 40
     return problems
 
 
@@ -765,8 +844,11 @@ def paste(page, root, text: str, typed: bool = False) -> dict:
 
 
 def drive_config_box(page, lang: str, tmp_path: Path) -> list[str]:
-    """Paste each bundled config.json (and a few edge ones) and compare with `kv-memory FILE.json`;
-    a bad one names its key and shows nothing."""
+    """Paste every config of the test set (each bundled config.json, each family example, the
+    edge configs Python reads) and compare with `kv-memory FILE.json`: the same bytes, a hybrid's
+    state beside its KV, the context note beside the figure exactly when the CLI warns. A refused
+    config lists every key Python names, shows no result, and leaves no model's numbers in the
+    typed-config fields."""
     handle = page.locator('.kvtutor-widget[data-kvtutor-widget="kv-calculator"]').first
     root = handle.element_handle()
     problems = []
@@ -774,35 +856,88 @@ def drive_config_box(page, lang: str, tmp_path: Path) -> list[str]:
                 ["weights_dtype", "bf16"], ["window", ""], ["memory_gib", 80]]  # fmt: skip
     argv = ["--seq-len", "20000", "--batch", "3", "--kv-dtype", "int8", "--weights-dtype", "bf16",
             "--memory-gib", "80"]  # fmt: skip
-    edge = [(what, text) for what, text in EDGE_CONFIGS[:19]]
-    cases = [(n, bundled_config_path(n).read_text(encoding="utf-8")) for n in bundled_models()] + edge
-    for i, (what, text) in enumerate(cases):
+    edges = EDGE_CONFIGS + FAMILY_EDGES
+    read = [(what, text) for what, text in edges if python_reads(text)["ok"]]
+    cases = [
+        (n, bundled_config_path(n).read_text(encoding="utf-8")) for n in bundled_models() + family_examples()
+    ]
+    for i, (what, text) in enumerate(cases + read):
         page.evaluate(SET_AND_READ, [root, settings])
         got = paste(page, root, text, typed=i == 0)
         path = tmp_path / f"config-{i}.json"
         path.write_text(text, encoding="utf-8")
         # what `python -m kvtutor kv-memory FILE.json ...` prints, from the function behind it
         report = memory.kv_memory(read_hf_config(path), 20000, 3, "int8", 80, "bf16").to_dict()
-        if i == 0:
+        if i == 0 or report["n_state_layers"] or report["beyond_context"] and i < len(cases):
             assert report == {k: v for k, v in cli_json(str(path), *argv).items() if k != "source"}
         problems += compare(page.evaluate(SET_AND_READ, [root, []]), report, f"pasted {what}")
         if root.evaluate("(r) => r.querySelector('[data-field=model]').value") != "pasted":
             problems.append(f"pasted {what}: the model is not the pasted one")
         if got["valid"] != "true":
             problems.append(f"pasted {what}: refused: {got['error']}")
-    for what, text in EDGE_CONFIGS[19:]:
+        if (
+            bool(got["note"]) != report["beyond_context"]
+            or got["note"]
+            and f"{report['max_position_embeddings']:,}" not in got["note"][0]
+        ):
+            problems.append(
+                f"pasted {what}: context note {got['note']}, the CLI warns: {report['beyond_context']}"
+            )
+        if got["fields"]["n_layers"] != str(report["n_attention_layers"]):
+            problems.append(f"pasted {what}: the layers field shows {got['fields']['n_layers']!r}, "
+                            f"expected its {report['n_attention_layers']} attention layers")  # fmt: skip
+    refused = [(what, text) for what, text in edges if not python_reads(text)["ok"]]
+    for what, text in refused:
+        paste(
+            page, root, bundled_config_path("llama-3-8b").read_text(encoding="utf-8")
+        )  # numbers in the fields
         got = paste(page, root, text)
         want = python_reads(text)
-        if got["valid"] != "false" or (want["key"] and want["key"] not in got["error"]):
-            problems.append(f"pasted {what}: expected a message naming {want['key']!r}, got {got['error']!r}")
+        missing = [key for key in want["keys"] or [] if key and f"'{key}'" not in got["error"]]
+        if got["valid"] != "false" or missing:
+            problems.append(
+                f"pasted {what}: expected a message naming {want['keys']!r}, got {got['error']!r}"
+            )
         numbers = {k: v for k, v in got["shown"].items() if k != "memory_bytes" and has_number(v)}
         if numbers or has_number(got["verdict"]) or got["bar"]:
             problems.append(f"pasted {what}: results shown for a refused config: {numbers or got['verdict']}")
+        left = {k: v for k, v in got["fields"].items() if k in ("n_layers", "n_heads", "n_kv_heads", "d_head",
+                                                                "params_b") and v}  # fmt: skip
+        if left:
+            problems.append(f"pasted {what}: refused, but the fields still hold {left}")
+    assert (
+        len(refused) >= 25
+        and len(read) >= 20
+        and any(len(python_reads(t)["keys"] or []) >= 3 for _, t in refused)
+    )
     # the bundled configs can be loaded into the box, and read from there
     handle.locator('[data-field="load"]').select_option("mistral-7b")
     report = cli_json("mistral-7b", *argv)
     problems += compare(page.evaluate(SET_AND_READ, [root, []]), report, "loaded mistral-7b")
     page.evaluate(SET_AND_READ, [root, [["model", "llama-3-8b"]]])
+    return problems
+
+
+def drive_exponents(page) -> list[str]:
+    """Counts typed in exponent or decimal notation are read exactly: 1e6 tokens is one million,
+    1.6e1 sequences is 16, 4.096e3 is a window of 4096; 2.5 sequences is refused."""
+    handle = page.locator('.kvtutor-widget[data-kvtutor-widget="kv-calculator"]').first
+    root = handle.element_handle()
+    problems = []
+    page.evaluate(SET_AND_READ, [root, [["model", "llama-3-8b"], ["dtype", "bf16"], ["weights_dtype", "bf16"],
+                                        ["memory_gib", 80], ["window", ""]]])  # fmt: skip
+    for field, value in (("seq_len", "1e6"), ("batch", "1.6e1"), ("window", "4.096e3")):
+        control = handle.locator(f'[data-field="{field}"]')
+        control.fill("")
+        control.press_sequentially(value)  # key by key, as a reader types
+    got = page.evaluate(SET_AND_READ, [root, []])
+    argv = ["llama-3-8b", "--seq-len", "1000000", "--batch", "16", "--window", "4096", "--memory-gib", "80"]
+    problems += compare(got, cli_json(*argv), "typed 1e6 tokens, 1.6e1 sequences, a 4.096e3 window")
+    handle.locator('[data-field="batch"]').fill("2.5")
+    got = root.evaluate(READ_RESULTS)
+    if got["valid"] != "false" or "batch" not in got["invalid"]:
+        problems.append(f"2.5 sequences: not refused ({got['error']!r})")
+    page.evaluate(SET_AND_READ, [root, [["seq_len", 8192], ["batch", 8], ["window", ""]]])
     return problems
 
 
@@ -819,6 +954,7 @@ def test_widgets_from_disk(lang: str, file_context, trace, tmp_path) -> None:
             problems += drive_calculator(page, lang)
             problems += check_reader(page)
             problems += drive_config_box(page, lang, tmp_path)
+            problems += drive_exponents(page)
         else:
             problems += drive_calculator(page, lang, FEW_MODELS)
         for widget in ("cache-stepper", "kv-calculator"):

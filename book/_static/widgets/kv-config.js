@@ -1,10 +1,12 @@
-/* Reading a Hugging Face config.json in the page, by the rules of kvtutor.models.hf_config
-   (spec_from_dict) and the weight count of kvtutor.models.model_spec (ModelSpec.n_params): the
-   families it knows by model_type, explicit head_dim (else a family's default, else hidden / heads),
-   KV heads, MLA's latent rank and rotary key, each family's sliding-window rules, mixtures of
-   experts (which change the weights, never the cache), and a refusal naming the key for anything
-   missing, mistyped or not modelled. tests/browser/test_widget_pages.py checks it against the
-   Python for every bundled config and a set of edge configs.
+/* Reading a Hugging Face config.json in the page, by the rule table of kvtutor.models.families,
+   which kvtutor.models.hf_config.spec_from_dict reads configs by too: the table comes with the
+   calculator's data (kv_calculator_data's "families"), so the page and the command line read
+   every family by the same keys and rules. This file holds only the table's interpreter: its
+   expressions (a key, a flag, a field, arithmetic), its rules (which layers slide, which hold
+   experts, which attend and which keep a state-space state), the keys a family refuses, and the
+   weight count of kvtutor.models.model_spec (ModelSpec.n_params). A refusal lists every bad key,
+   each named as Python names it. tests/browser/test_widget_pages.py checks it against the Python
+   for every bundled config, every family example and a set of edge configs.
 
    The JSON is parsed here too, by Python's json rules: an integer stays an integer (a BigInt,
    exact) and 32.0 or 1e3 is a float, which a size refuses, as Python does.
@@ -14,55 +16,18 @@
   const W = window.kvtutorWidgets;
 
   const MAX_COUNT = 2n ** 40n; // kvtutor.validate.MAX_COUNT
-  const LLAMA_STYLE = ["llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"];
-  const QWEN_MOE = ["qwen2_moe", "qwen3_moe"];
-  const DEEPSEEK = ["deepseek_v2", "deepseek_v3"];
-  const GPT2_STYLE = ["gpt2", "gpt_bigcode"];
-  const MODEL_TYPES = [...GPT2_STYLE, ...LLAMA_STYLE, ...QWEN_MOE, ...DEEPSEEK];
-  const TIED_BY_DEFAULT = new Set(["gpt2", "gpt_bigcode", "gemma", "gemma2", "gemma3_text"]);
-  const FOUR_NORMS = new Set(["gemma2", "gemma3_text"]);
-  const QK_NORM = new Set(["qwen3", "qwen3_moe", "gemma3_text"]);
-  const HEAD_DIM_DEFAULT = { qwen3: 128n, gemma: 256n, gemma2: 256n, gemma3_text: 256n };
-  const SIZING_KEYS = [
-    "multi_query", "head_dim", "num_key_value_heads", "attention_bias", "qkv_bias", "mlp_bias",
-    "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "sliding_window_pattern",
-    "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
-    "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
-    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-    "num_nextn_predict_layers", "attention_chunk_size", "cross_attention_layers", "no_rope_layers",
-  ];
-  const WINDOW_KEYS = ["sliding_window", "use_sliding_window", "layer_types"];
-  const QWEN_MOE_KEYS = ["head_dim", "num_key_value_heads", "max_window_layers", "num_experts", "num_experts_per_tok",
-    "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "num_local_experts", ...WINDOW_KEYS];
-  const DEEPSEEK_KEYS = ["num_key_value_heads", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-    "v_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "first_k_dense_replace", "moe_layer_freq", "head_dim"];
-  const HONOURED = {
-    gpt2: [],
-    gpt_bigcode: ["multi_query", "num_key_value_heads"],
-    llama: ["head_dim", "num_key_value_heads", "attention_bias", "mlp_bias", ...WINDOW_KEYS],
-    mistral: ["head_dim", "num_key_value_heads", ...WINDOW_KEYS],
-    mixtral: ["head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok", ...WINDOW_KEYS],
-    qwen2: ["head_dim", "num_key_value_heads", "max_window_layers", ...WINDOW_KEYS],
-    qwen3: ["head_dim", "num_key_value_heads", "attention_bias", "max_window_layers", ...WINDOW_KEYS],
-    gemma: ["head_dim", "num_key_value_heads", "attention_bias"],
-    gemma2: ["head_dim", "num_key_value_heads", "attention_bias", ...WINDOW_KEYS],
-    gemma3_text: ["head_dim", "num_key_value_heads", "attention_bias", "sliding_window_pattern", ...WINDOW_KEYS],
-    qwen2_moe: [...QWEN_MOE_KEYS, "qkv_bias", "shared_expert_intermediate_size"],
-    qwen3_moe: [...QWEN_MOE_KEYS, "attention_bias"],
-    deepseek_v2: DEEPSEEK_KEYS,
-    deepseek_v3: [...DEEPSEEK_KEYS, "num_nextn_predict_layers"],
-  };
 
-  /* A refusal: ``key`` is the config key it names (null when it is the JSON itself); ``text`` is
-     the message, in English (the field names and values are the config's own). */
+  /* A refusal: ``problems`` lists {key, message} for every bad key found (key null when it is the
+     JSON itself); ``key`` is the first key named. Messages are in English (the field names and
+     values are the config's own). */
   class ConfigError extends Error {
-    constructor(key, text) {
-      super(text);
-      this.key = key;
+    constructor(problems) {
+      super(problems.map((p) => p.message).join("\n"));
+      this.problems = problems;
+      this.key = problems.length ? problems[0].key : null;
     }
   }
+  const refused = (key, message) => new ConfigError([{ key, message }]);
 
   // ---------------------------------------------------------------- JSON, as Python reads it
 
@@ -77,7 +42,7 @@
       const before = text.slice(0, i);
       const line = before.split("\n").length;
       const column = i - before.lastIndexOf("\n");
-      throw new ConfigError(null, `config.json: not valid JSON: ${what} at line ${line}, column ${column}`);
+      throw refused(null, `config.json: not valid JSON: ${what} at line ${line}, column ${column}`);
     };
     const space = () => { while (i < text.length && " \t\n\r".includes(text[i])) i++; };
     function value() {
@@ -193,177 +158,276 @@
   const isOff = (v) => v === null || v === undefined || v === false || v === 0n || v === ""
     || (Array.isArray(v) && v.length === 0);
 
-  // ---------------------------------------------------------------- hf_config's reader
+  // ---------------------------------------------------------------- the rule table's interpreter
 
+  const MISSING = Symbol("missing"); // a value that could not be read: its problem is recorded
+  const big = (v) => (typeof v === "number" ? BigInt(v) : v); // the table's numbers as BigInts
+  const truth = (v) => v === true || (typeof v === "bigint" && v !== 0n);
+  const ARITHMETIC = { add: (a, b) => a + b, sub: (a, b) => a - b, mul: (a, b) => a * b, eq: (a, b) => a === b,
+    div: (a, b) => a / b, ceil_div: (a, b) => (a + b - 1n) / b }; // BigInts >= 0: "/" truncates, as // does
+
+  /* One config read by its family's row (hf_config._Reader): every problem names its key, and
+     reading goes on past it, so that every bad key is found. */
   class Reader {
-    constructor(cfg) { this.cfg = cfg; }
-    get(key) { return key in this.cfg ? this.cfg[key] : undefined; }
-    has(key) { const v = this.get(key); return v !== null && v !== undefined; }
+    constructor(cfg, defaults) {
+      this.cfg = cfg;
+      this.defaults = defaults;
+      this.problems = [];
+      this.values = Object.create(null);
+      this.sources = Object.create(null); // field -> the key it was read from
+      this.row = null;
+    }
     label(key) { return `config['${key}']`; }
-    int(key, fallback, low = 1n) {
+    fail(key, message) { this.problems.push({ key, message }); return MISSING; }
+    raw(key) { return key in this.cfg ? this.cfg[key] : undefined; }
+    get(key) {
+      const v = this.raw(key);
+      if (v !== null && v !== undefined) return v;
+      return key in this.defaults ? big(this.defaults[key]) : undefined;
+    }
+    int(key, low = 1n) {
       const v = this.get(key);
-      if (v === null || v === undefined) {
-        if (fallback !== undefined && fallback !== null) return fallback;
-        throw new ConfigError(key, `config: missing key '${key}'`);
-      }
       if (!isInt(v) || v < low) {
-        throw new ConfigError(key, `${this.label(key)}: expected ${low === 1n ? "a positive int" : `an int >= ${low}`}, got ${cut(v)}`);
+        return this.fail(key, `${this.label(key)}: expected ${low === 1n ? "a positive int" : `an int >= ${low}`}, got ${cut(v)}`);
       }
-      if (v > MAX_COUNT) {
-        throw new ConfigError(key, `${this.label(key)}: expected at most ${W.grouped(MAX_COUNT)}, got ${W.grouped(v)}`);
-      }
+      if (v > MAX_COUNT) return this.fail(key, `${this.label(key)}: expected at most ${W.grouped(MAX_COUNT)}, got ${W.grouped(v)}`);
       return v;
     }
     bool(key, fallback) {
       const v = this.get(key);
-      if (v === null || v === undefined) return fallback;
-      if (typeof v !== "boolean") throw new ConfigError(key, `${this.label(key)}: expected true or false, got ${cut(v)}`);
+      if (v === undefined) return fallback;
+      if (typeof v !== "boolean") return this.fail(key, `${this.label(key)}: expected true or false, got ${cut(v)}`);
       return v;
     }
     layerList(key, nLayers) {
       const v = this.get(key);
-      if (v === null || v === undefined) return [];
+      if (v === undefined) return [];
       if (!Array.isArray(v) || !v.every((x) => isInt(x) && x >= 0n && x < nLayers)) {
-        throw new ConfigError(key, `${this.label(key)}: expected a list of layer indices 0 .. ${nLayers - 1n}, got ${cut(v)}`);
+        return this.fail(key, `${this.label(key)}: expected a list of layer indices 0 .. ${nLayers - 1n}, got ${cut(v)}`);
       }
       return v;
     }
+    field(name) {
+      if (!(name in this.values)) {
+        this.values[name] = MISSING; // read once, even where it failed
+        this.values[name] = this.eval(this.row.fields[name], name);
+      }
+      return this.values[name];
+    }
+    source(expr) {
+      if (expr && typeof expr === "object" && "key" in expr) return expr.key;
+      if (expr && typeof expr === "object" && "field" in expr) { this.field(expr.field); return this.sources[expr.field]; }
+      return undefined;
+    }
+    eval(expr, name, explicit) {
+      if (expr === null || typeof expr !== "object") return big(expr);
+      if ("key" in expr) return this.key(expr, name);
+      if ("flag" in expr) return this.bool(expr.flag, expr.default);
+      if ("field" in expr) return this.field(expr.field);
+      const [op, args] = Object.entries(expr)[0];
+      if (op === "if") {
+        const condition = this.eval(args[0]);
+        return condition === MISSING ? MISSING : this.eval(truth(condition) ? args[1] : args[2], name);
+      }
+      const [a, b] = args.map((arg) => this.eval(arg));
+      if (a === MISSING || b === MISSING) return MISSING;
+      if (op === "div" && !(b && a % b === 0n)) {
+        const top = this.source(args[0]), bottom = this.source(args[1]);
+        if (top === undefined) return this.fail(explicit, `${this.label(explicit)}: ${a} is not a multiple of ${bottom}=${b}`);
+        const also = explicit ? ` (or an explicit ${explicit})` : "";
+        return this.fail(top, `${this.label(top)}: expected a multiple of ${bottom}=${b}${also}, got ${a}`);
+      }
+      return ARITHMETIC[op](a, b);
+    }
+    key(expr, name) {
+      let key = expr.key;
+      if (this.get(key) === undefined && expr.else_key && this.get(expr.else_key) !== undefined) key = expr.else_key;
+      const v = this.get(key);
+      if (v === undefined) {
+        if ("default" in expr) return this.eval(expr.default, undefined, key);
+        return this.fail(key, `config: missing key '${key}'`);
+      }
+      if (name !== undefined) this.sources[name] = key;
+      if (v === "auto" && "auto" in expr) return this.eval(expr.auto, undefined, key);
+      return this.int(key, BigInt(expr.low === undefined ? 1 : expr.low));
+    }
   }
 
-  function checkHonoured(r, modelType) {
-    const honoured = HONOURED[modelType];
-    for (const key of SIZING_KEYS) {
-      const v = r.get(key);
+  /* hf_config._check_honoured: a sizing key the family's rules do not read, set to anything but
+     "off", is a problem; so is a key the row refuses when true. */
+  function checkHonoured(r, table, modelType) {
+    const honoured = table.honoured[modelType];
+    for (const key of table.sizing_keys) {
+      const v = r.raw(key);
       if (honoured.includes(key) || isOff(v)) continue;
-      throw new ConfigError(key, `${r.label(key)}: model_type '${modelType}' does not use this key, and the calculator `
+      r.fail(key, `${r.label(key)}: model_type '${modelType}' does not use this key, and the calculator `
         + `cannot honour ${key}=${cut(v)}: it would change the sizes in a way it does not model`);
     }
-    if (r.bool("mlp_bias", false)) throw new ConfigError("mlp_bias", `${r.label("mlp_bias")}: biases on the MLP are not modelled; expected false`);
+    for (const { key, what } of r.row.refuse_true || []) {
+      if (r.bool(key, false) === true) r.fail(key, `${r.label(key)}: ${what} are not modelled; expected false`);
+    }
   }
 
-  /* [window or null, layers that use it], by each config class's rules. */
-  function slidingLayers(r, modelType, nLayers) {
-    const window = r.int("sliding_window", 0n, 0n) || null;
-    const layerTypes = r.get("layer_types");
+  /* Layers i with i % period == offset (the period rule of layers and of experts). */
+  function every(r, rule, nLayers) {
+    const period = r.eval(rule.period), offset = r.eval(rule.offset);
+    if (period === MISSING || offset === MISSING) return MISSING;
+    if (offset >= period) {
+      const key = r.source(rule.offset);
+      return r.fail(key, `${r.label(key)}: expected 0 .. ${period - 1n} (below ${r.source(rule.period)}), got ${offset}`);
+    }
+    let n = 0n;
+    for (let i = 0n; i < nLayers; i++) if (i % period === offset) n++;
+    return n;
+  }
+
+  function attentionLayers(r, nLayers) {
+    const rule = r.row.layers || { rule: "all" };
+    if (rule.rule === "all") return nLayers;
+    if (rule.rule === "none") return 0n;
+    if (rule.rule === "indices") {
+      const listed = r.layerList(rule.indices, nLayers);
+      return listed === MISSING ? MISSING : BigInt(new Set(listed.map(String)).size);
+    }
+    return every(r, rule, nLayers);
+  }
+
+  /* [window or null, layers that use it]: the row's window rule, or the config's layer_types. */
+  function slidingLayers(r, nLayers, nAttention) {
+    const rule = r.row.window;
+    if (!rule || !nAttention) return [null, 0n];
+    const size = r.eval(rule.size);
+    const window = size === MISSING || !size ? null : size; // transformers writes 0 for "no window"
+    const layerTypes = rule.layer_types ? r.raw("layer_types") : undefined;
     if (layerTypes !== null && layerTypes !== undefined) {
       if (!Array.isArray(layerTypes) || BigInt(layerTypes.length) !== nLayers) {
-        throw new ConfigError("layer_types", `${r.label("layer_types")}: expected a list of ${nLayers} strings, got ${cut(layerTypes)}`);
+        return [r.fail("layer_types", `${r.label("layer_types")}: expected a list of ${nLayers} strings, got ${cut(layerTypes)}`), 0n];
       }
       const unknown = layerTypes.filter((x) => x !== "sliding_attention" && x !== "full_attention");
       if (unknown.length) {
-        throw new ConfigError("layer_types", `${r.label("layer_types")}: expected 'sliding_attention' or 'full_attention' entries, got ${cut(unknown[0])} (not modelled)`);
+        return [r.fail("layer_types", `${r.label("layer_types")}: expected 'sliding_attention' or 'full_attention' entries, got ${cut(unknown[0])} (not modelled)`), 0n];
       }
       const n = BigInt(layerTypes.filter((x) => x === "sliding_attention").length);
-      if (n && window === null) throw new ConfigError("layer_types", `${r.label("layer_types")}: sliding layers listed but no sliding_window`);
+      if (n && window === null && size !== MISSING) {
+        return [r.fail("layer_types", `${r.label("layer_types")}: sliding layers listed but no sliding_window`), 0n];
+      }
       return window && n ? [window, n] : [null, 0n];
     }
     if (window === null) return [null, 0n];
-    if (["qwen2", "qwen3", ...QWEN_MOE].includes(modelType)) {
-      if (!r.bool("use_sliding_window", false)) return [null, 0n];
-      const start = [r.int("max_window_layers", 28n, 0n), nLayers].reduce((a, b) => (a < b ? a : b));
-      return start < nLayers ? [window, nLayers - start] : [null, 0n];
-    }
-    if (!r.bool("use_sliding_window", true)) return [null, 0n];
-    if (modelType === "gemma2") return [window, (nLayers + 1n) / 2n];
-    if (modelType === "gemma3_text") return [window, nLayers - nLayers / r.int("sliding_window_pattern", 6n)];
-    return [window, nLayers];
+    const on = r.eval(rule.on === undefined ? true : rule.on);
+    if (on === MISSING || !truth(on)) return [null, 0n];
+    let n;
+    if (rule.rule === "every_layer") n = nAttention;
+    else if (rule.rule === "alternate") n = (nLayers + 1n) / 2n; // layers 0, 2, 4, ... slide
+    else if (rule.rule === "pattern") { const p = r.eval(rule.pattern); n = p === MISSING ? p : nLayers - nLayers / p; }
+    else { const start = r.eval(rule.start); n = start === MISSING ? start : nLayers - (start < nLayers ? start : nLayers); }
+    return n !== MISSING && n ? [window, n] : [null, 0n];
   }
 
-  function modelTypeOf(r, config) {
-    const mt = "model_type" in config ? config.model_type : undefined;
-    const known = MODEL_TYPES.join(", ");
-    if (mt === null || mt === undefined) {
-      throw new ConfigError("model_type", `config: missing key 'model_type'; expected one of ${known} (add "model_type": "llama" for a Llama-style model)`);
+  /* The mixture-of-experts fields (empty for a dense model), by the row's experts rule. */
+  function experts(r, nLayers) {
+    const rule = r.row.experts;
+    if (!rule) return {};
+    const n = r.eval(rule.n);
+    if (n === MISSING || n <= 1n) return {};
+    const perToken = r.eval(rule.per_token);
+    let nDense = 0n;
+    if (rule.rule === "period") {
+      const nMoe = every(r, rule, nLayers);
+      nDense = nMoe === MISSING ? MISSING : nLayers - nMoe;
+    } else if (rule.rule === "sparse_step") {
+      const dense = r.layerList(rule.dense_list, nLayers), step = r.eval(rule.step);
+      if (dense === MISSING || step === MISSING) return {};
+      const listed = new Set(dense.map(String));
+      for (let i = 0n; i < nLayers; i++) if (listed.has(String(i)) || (i + 1n) % step) nDense++;
+    } else if (rule.rule === "first_k_freq") {
+      const first = r.eval(rule.first), freq = r.eval(rule.freq);
+      if (first === MISSING || freq === MISSING) return {};
+      for (let i = 0n; i < nLayers; i++) if (!(i >= first && i % freq === 0n)) nDense++;
     }
-    if (typeof mt !== "string") throw new ConfigError("model_type", `${r.label("model_type")}: expected a string, got ${cut(mt)}`);
-    if (!MODEL_TYPES.includes(mt)) {
-      throw new ConfigError("model_type", `${r.label("model_type")}: expected one of ${known}, got ${cut(mt)} (its cache layout is not known to the calculator, and a guess could be wrong)`);
+    const out = { n_experts: n, n_experts_per_token: perToken, n_dense_layers: nDense,
+      d_ff_expert: r.eval(rule.width === undefined ? 0 : rule.width), d_ff_shared: r.eval(rule.shared === undefined ? 0 : rule.shared) };
+    if (rule.shared_gate && out.d_ff_shared !== MISSING) out.shared_expert_gate = out.d_ff_shared > 0n;
+    if (perToken !== MISSING && perToken > n) {
+      const perKey = r.source(rule.per_token), nKey = r.source(rule.n);
+      r.fail(perKey, `${r.label(perKey)}: expected <= ${nKey}=${n}, got ${perToken}`);
+    }
+    return out;
+  }
+
+  /* Alias keys (written by transformers beside the key the row reads) must say the same. */
+  function agree(r) {
+    for (const entry of r.row.agree || []) {
+      if (isOff(r.raw(entry.key))) continue;
+      const v = r.int(entry.key, 0n);
+      const wanted = entry.equals.map((expr) => r.eval(expr));
+      if (v === MISSING || wanted.includes(MISSING) || wanted.includes(v)) continue;
+      r.fail(entry.key, `${r.label(entry.key)}: expected ${wanted.join(" or ")} (from ${entry.from}), got ${v}`);
+    }
+  }
+
+  /* [the language model's config, what it is nested in ("" when not a wrapper)]. */
+  function nested(config, table) {
+    const mt = config.model_type;
+    const wrapper = typeof mt === "string" && Object.hasOwn(table.wrappers, mt) ? table.wrappers[mt] : null;
+    if (!wrapper && (truthy(config.hidden_size) || truthy(config.n_embd) || !isObject(config.text_config))) return [config, ""];
+    const key = wrapper ? wrapper.nested : "text_config";
+    const inner = config[key];
+    if (!isObject(inner)) throw refused(key, `config['${key}']: expected the language model's config (an object), got ${cut(inner)}`);
+    const innerType = truthy(inner.model_type) ? inner.model_type : wrapper ? wrapper.model_type : null;
+    return [Object.assign(Object.create(null), inner, { model_type: innerType }), typeof mt === "string" ? mt : "text_config"];
+  }
+
+  function modelTypeOf(r, config, table) {
+    const mt = "model_type" in config ? config.model_type : undefined;
+    const known = table.model_types.join(", ");
+    if (mt === null || mt === undefined) {
+      throw refused("model_type", `config: missing key 'model_type'; expected one of ${known} (add "model_type": "llama" for a Llama-style model)`);
+    }
+    if (typeof mt !== "string") throw refused("model_type", `${r.label("model_type")}: expected a string, got ${cut(mt)}`);
+    if (!Object.hasOwn(table.families, mt)) {
+      throw refused("model_type", `${r.label("model_type")}: expected one of ${known}, got ${cut(mt)} (its cache layout is not known to the calculator, and a guess could be wrong)`);
     }
     return mt;
   }
 
-  function gpt2Spec(r, modelType) {
-    const d = r.int("n_embd"), h = r.int("n_head"), l = r.int("n_layer");
-    if (d % h) throw new ConfigError("n_embd", `${r.label("n_embd")}: expected a multiple of n_head=${h}, got ${d}`);
-    const maxSeq = r.has("n_ctx") && !r.has("n_positions") ? r.int("n_ctx") : r.int("n_positions");
-    let kv = h;
-    if (modelType === "gpt_bigcode" && r.bool("multi_query", true)) kv = 1n;
-    if (r.int("num_key_value_heads", kv) !== kv) {
-      throw new ConfigError("num_key_value_heads", `${r.label("num_key_value_heads")}: expected ${kv} (from multi_query), got ${cut(r.get("num_key_value_heads"))}`);
-    }
-    return { arch: "gpt2", n_layers: l, d_model: d, n_heads: h, n_kv_heads: kv, d_head: d / h, d_ff: r.int("n_inner", 4n * d),
-      vocab_size: r.int("vocab_size"), max_seq_len: maxSeq, tie_word_embeddings: r.bool("tie_word_embeddings", true) };
-  }
+  const SPEC_FIELDS = ["arch", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size", "max_seq_len",
+    "sliding_window", "n_sliding_layers", "tie_word_embeddings", "attention_bias", "n_experts", "norms_per_layer",
+    "n_experts_per_token", "d_ff_expert", "n_dense_layers", "d_ff_shared", "shared_expert_gate", "qk_norm", "kv_lora_rank",
+    "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "norm_params", "mlp_gated", "mlp_bias", "position_rows", "d_embed",
+    "final_norm", "qk_norm_width", "n_state_layers", "state_numbers_per_layer", "state_params_per_layer"];
+  const COUNTS = ["n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size", "max_seq_len", "n_experts",
+    "n_experts_per_token", "d_ff_expert", "n_dense_layers", "d_ff_shared", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+    "v_head_dim", "d_embed", "n_state_layers", "state_numbers_per_layer", "state_params_per_layer"];
 
-  function moeFields(r, modelType, nLayers) {
-    if (modelType === "mixtral") {
-      const n = r.int("num_local_experts", 8n);
-      if (n === 1n) return {};
-      return { n_experts: n, n_experts_per_token: r.int("num_experts_per_tok", 2n), experts_key: "num_experts_per_tok" };
-    }
-    if (QWEN_MOE.includes(modelType)) {
-      const alias = r.int("num_local_experts", 0n, 0n);
-      const n = r.int("num_experts", alias, 0n);
-      if (alias && alias !== n) throw new ConfigError("num_local_experts", `${r.label("num_local_experts")}: expected num_experts=${n}, got ${alias}`);
-      if (n === 0n) return {};
-      const dense = new Set(r.layerList("mlp_only_layers", nLayers).map(String));
-      const step = r.int("decoder_sparse_step", 1n);
-      let nDense = 0n;
-      for (let i = 0n; i < nLayers; i++) if (dense.has(String(i)) || (i + 1n) % step) nDense++;
-      const shared = modelType === "qwen2_moe" ? r.int("shared_expert_intermediate_size", 0n, 0n) : 0n;
-      return { n_experts: n, n_experts_per_token: r.int("num_experts_per_tok"), d_ff_expert: r.int("moe_intermediate_size"),
-        n_dense_layers: nDense, d_ff_shared: shared, shared_expert_gate: shared > 0n, experts_key: "num_experts_per_tok" };
-    }
-    if (DEEPSEEK.includes(modelType)) {
-      const n = r.int("n_routed_experts", 0n, 0n);
-      if (n === 0n) return {};
-      const first = r.int("first_k_dense_replace", 0n, 0n), freq = r.int("moe_layer_freq", 1n);
-      let nDense = 0n;
-      for (let i = 0n; i < nLayers; i++) if (!(i >= first && i % freq === 0n)) nDense++;
-      const dExpert = r.int("moe_intermediate_size");
-      return { n_experts: n, n_experts_per_token: r.int("num_experts_per_tok"), d_ff_expert: dExpert, n_dense_layers: nDense,
-        d_ff_shared: r.int("n_shared_experts", 0n, 0n) * dExpert, experts_key: "num_experts_per_tok" };
-    }
-    return {};
-  }
-
-  function mlaFields(r, nHeads) {
-    const rope = r.int("qk_rope_head_dim"), nope = r.int("qk_nope_head_dim");
-    if (r.has("head_dim") && ![rope, nope + rope].includes(r.int("head_dim"))) {
-      throw new ConfigError("head_dim", `${r.label("head_dim")}: expected qk_rope_head_dim=${rope} or qk_nope_head_dim + qk_rope_head_dim=${nope + rope}, got ${cut(r.get("head_dim"))}`);
-    }
-    return { n_kv_heads: nHeads, d_head: nope + rope, kv_lora_rank: r.int("kv_lora_rank"), q_lora_rank: r.int("q_lora_rank", 0n, 0n),
-      qk_rope_head_dim: rope, v_head_dim: r.int("v_head_dim") };
-  }
-
-  /* ModelSpec's defaults and its own checks (what a config can break: a count past MAX_COUNT, more
-     experts per token than experts). */
-  function modelSpec(f) {
-    const s = { sliding_window: null, n_sliding_layers: 0n, tie_word_embeddings: false, attention_bias: "", n_experts: 1n,
+  /* ModelSpec's defaults, its arch's presets and the checks a config can break (a count past
+     MAX_COUNT), then what the calculator reads: d_value, the attention kind, the weight count. */
+  function modelSpec(f, table) {
+    const s = { sliding_window: null, n_sliding_layers: 0n, tie_word_embeddings: false, attention_bias: null, n_experts: 1n,
       norms_per_layer: 2n, n_experts_per_token: 1n, d_ff_expert: 0n, n_dense_layers: 0n, d_ff_shared: 0n,
-      shared_expert_gate: false, qk_norm: false, kv_lora_rank: 0n, q_lora_rank: 0n, qk_rope_head_dim: 0n, v_head_dim: 0n, ...f };
-    for (const key of ["n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size", "max_seq_len", "n_experts",
-      "n_experts_per_token", "d_ff_expert", "n_dense_layers", "d_ff_shared", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"]) {
-      if (s[key] > MAX_COUNT) throw new ConfigError(null, `${key}: expected at most ${W.grouped(MAX_COUNT)}, got ${W.grouped(s[key])}`);
+      shared_expert_gate: false, qk_norm: false, kv_lora_rank: 0n, q_lora_rank: 0n, qk_rope_head_dim: 0n, v_head_dim: 0n,
+      norm_params: null, mlp_gated: null, mlp_bias: null, position_rows: null, d_embed: 0n, final_norm: true,
+      qk_norm_width: false, n_state_layers: 0n, state_numbers_per_layer: 0n, state_params_per_layer: 0n, ...f };
+    const preset = table.arch_presets[s.arch];
+    for (const key of ["norm_params", "mlp_gated", "mlp_bias", "attention_bias"]) if (s[key] === null) s[key] = big(preset[key]);
+    if (s.position_rows === null) s.position_rows = preset.positions ? s.max_seq_len : 0n;
+    for (const key of COUNTS) {
+      if (s[key] > MAX_COUNT) throw refused(null, `${key}: expected at most ${W.grouped(MAX_COUNT)}, got ${W.grouped(s[key])}`);
     }
-    if (s.n_experts_per_token > s.n_experts) {
-      throw new ConfigError(s.experts_key, `config['${s.experts_key}']: expected at most the ${s.n_experts} experts, got ${s.n_experts_per_token}`);
-    }
+    s.n_attention_layers = s.n_layers - s.n_state_layers;
     s.d_value = s.v_head_dim || s.d_head;
-    s.attention = s.kv_lora_rank ? "MLA" : s.n_kv_heads === s.n_heads ? "MHA" : s.n_kv_heads === 1n ? "MQA" : "GQA";
+    s.attention = !s.n_attention_layers ? "none" : s.kv_lora_rank ? "MLA" : s.n_kv_heads === s.n_heads ? "MHA"
+      : s.n_kv_heads === 1n ? "MQA" : "GQA";
     s.n_params = nParams(s);
     return s;
   }
 
   /* ModelSpec.n_params: the weights, tied matrices counted once. */
   function nParams(s) {
-    const d = s.d_model, f = s.d_ff, v = s.vocab_size;
-    const head = s.tie_word_embeddings ? 0n : v * d;
+    const d = s.d_model, f = s.d_ff, v = s.vocab_size, e = s.d_embed || s.d_model;
+    const embed = v * e + s.position_rows * d + (e !== d ? 2n * d * e : 0n);
+    const head = s.tie_word_embeddings ? 0n : v * e;
     const qWidth = s.n_heads * s.d_head, kv = s.n_kv_heads * s.d_head;
-    if (s.arch === "gpt2") {
-      const perLayer = 2n * d + d * (qWidth + 2n * kv) + (qWidth + 2n * kv) + qWidth * d + d + 2n * d + d * f + f + f * d + d;
-      return v * d + s.max_seq_len * d + s.n_layers * perLayer + 2n * d + head;
-    }
     let attention;
     if (s.kv_lora_rank) {
       const [rq, rkv, rope, h, k] = [s.q_lora_rank, s.kv_lora_rank, s.qk_rope_head_dim, s.n_heads, s.d_head];
@@ -373,52 +437,61 @@
       const bias = { "": 0n, qkv: qWidth + 2n * kv, qkvo: qWidth + 2n * kv + d }[s.attention_bias];
       attention = d * qWidth + 2n * d * kv + qWidth * d + bias;
     }
-    const norms = s.norms_per_layer * d + (s.qk_norm ? 2n * s.d_head : 0n);
+    const qkNorm = s.qk_norm_width ? (s.n_heads + s.n_kv_heads) * s.d_head : 2n * s.d_head;
+    const norms = s.norms_per_layer * s.norm_params * d + (s.qk_norm ? qkNorm : 0n);
+    let dense = (s.mlp_gated ? 3n : 2n) * d * f;
+    if (s.mlp_bias) dense += (s.mlp_gated ? 2n * f : f) + d;
     const expert = 3n * d * (s.d_ff_expert || f);
     const moe = s.n_experts * expert + d * s.n_experts + 3n * d * s.d_ff_shared + (s.shared_expert_gate ? d : 0n);
     const nMoe = s.n_experts > 1n ? s.n_layers - s.n_dense_layers : 0n;
-    return v * d + s.n_layers * (attention + norms) + (s.n_layers - nMoe) * 3n * d * f + nMoe * moe + d + head;
+    const mixers = s.n_attention_layers * attention + s.n_state_layers * s.state_params_per_layer;
+    return embed + mixers + s.n_layers * norms + (s.n_layers - nMoe) * dense + nMoe * moe
+      + (s.final_norm ? s.norm_params * d : 0n) + head;
   }
 
-  /* spec_from_dict: a parsed config (an object) -> the model's sizes, or a ConfigError. */
-  function specFromDict(config) {
-    if (!isObject(config)) {
-      throw new ConfigError(null, `config: expected a JSON object, got a JSON ${Array.isArray(config) ? "list" : typeof config === "string" ? "string" : "value"}`);
+  /* spec_from_dict: a parsed config (an object) and the rule table -> the model's sizes, or a
+     ConfigError listing every bad key. */
+  function specFromDict(outer, table) {
+    if (!isObject(outer)) {
+      throw refused(null, `config: expected a JSON object, got a JSON ${Array.isArray(outer) ? "list" : typeof outer === "string" ? "string" : "value"}`);
     }
-    if (!truthy(config.hidden_size) && !truthy(config.n_embd) && isObject(config.text_config)) config = config.text_config;
-    const r = new Reader(config);
-    const modelType = modelTypeOf(r, config);
-    const name = truthy(config._name_or_path) ? (typeof config._name_or_path === "string" ? config._name_or_path : shown(config._name_or_path)) : modelType;
-    checkHonoured(r, modelType);
-    if (GPT2_STYLE.includes(modelType)) return { name, model_type: modelType, ...modelSpec(gpt2Spec(r, modelType)) };
-    const d = r.int("hidden_size"), h = r.int("num_attention_heads"), l = r.int("num_hidden_layers");
-    let fields;
-    if (DEEPSEEK.includes(modelType) && r.has("kv_lora_rank")) {
-      fields = mlaFields(r, h);
-    } else {
-      if (DEEPSEEK.includes(modelType)) throw new ConfigError("kv_lora_rank", "config: missing key 'kv_lora_rank'");
-      const kv = r.int("num_key_value_heads", h);
-      if (h % kv) throw new ConfigError("num_key_value_heads", `${r.label("num_key_value_heads")}: expected a divisor of num_attention_heads=${h}, got ${kv}`);
-      const fallback = modelType in HEAD_DIM_DEFAULT ? HEAD_DIM_DEFAULT[modelType] : d / h;
-      if (!r.has("head_dim") && !(modelType in HEAD_DIM_DEFAULT) && d % h) {
-        throw new ConfigError("hidden_size", `${r.label("hidden_size")}: expected a multiple of num_attention_heads=${h} (or an explicit head_dim), got ${d}`);
+    const [config, wrapper] = nested(outer, table);
+    const r = new Reader(config, {});
+    const modelType = modelTypeOf(r, config, table);
+    r.row = table.families[modelType];
+    if (wrapper) r.defaults = r.row.class_defaults || {};
+    const given = [outer._name_or_path, config._name_or_path].find(truthy);
+    const name = given === undefined ? wrapper || modelType : typeof given === "string" ? given : shown(given);
+    checkHonoured(r, table, modelType);
+    for (const field of r.row.order) r.field(field); // the table's order: the page's JSON sorts its keys
+    const nLayers = r.field("n_layers");
+    const spec = Object.fromEntries(SPEC_FIELDS.filter((k) => k in r.values).map((k) => [k, r.values[k]]));
+    if (nLayers !== MISSING) {
+      const nAttention = attentionLayers(r, nLayers);
+      if (nAttention !== MISSING) {
+        spec.n_state_layers = nLayers - nAttention;
+        if (nAttention < nLayers) {
+          spec.state_numbers_per_layer = r.eval(r.row.state.numbers);
+          spec.state_params_per_layer = r.eval(r.row.state.params);
+        }
+        [spec.sliding_window, spec.n_sliding_layers] = slidingLayers(r, nLayers, nAttention);
       }
-      fields = { n_kv_heads: kv, d_head: r.int("head_dim", fallback) };
+      Object.assign(spec, experts(r, nLayers));
     }
-    const [window, nSliding] = DEEPSEEK.includes(modelType) ? [null, 0n] : slidingLayers(r, modelType, l);
-    const bias = modelType === "qwen2" ? "qkv" : modelType === "qwen2_moe" ? (r.bool("qkv_bias", true) ? "qkv" : "")
-      : r.bool("attention_bias", false) ? "qkvo" : "";
-    const spec = { arch: "gated", n_layers: l, d_model: d, n_heads: h, d_ff: r.int("intermediate_size"), vocab_size: r.int("vocab_size"),
-      max_seq_len: r.int("max_position_embeddings"), sliding_window: window, n_sliding_layers: nSliding,
-      tie_word_embeddings: r.bool("tie_word_embeddings", TIED_BY_DEFAULT.has(modelType)), attention_bias: bias,
-      norms_per_layer: FOUR_NORMS.has(modelType) ? 4n : 2n, qk_norm: QK_NORM.has(modelType), ...fields };
-    return { name, model_type: modelType, ...modelSpec({ ...spec, ...moeFields(r, modelType, l) }) };
+    const heads = spec.n_heads, kv = spec.n_kv_heads;
+    if (isInt(heads) && isInt(kv) && kv && heads % kv) {
+      const key = r.sources.n_kv_heads || "num_key_value_heads";
+      r.fail(key, `${r.label(key)}: expected a divisor of ${r.sources.n_heads}=${heads}, got ${kv}`);
+    }
+    agree(r);
+    if (r.problems.length) throw new ConfigError(r.problems);
+    return { name, model_type: modelType, nested_in: wrapper, ...modelSpec(spec, table) };
   }
 
-  /* config.json text -> the model's sizes (BigInts), or a ConfigError naming the key. */
-  function readConfig(text) {
-    if (!text.trim()) throw new ConfigError(null, "config.json: the box is empty: paste a config.json");
-    return specFromDict(parseJSON(text));
+  /* config.json text and the rule table -> the model's sizes (BigInts), or a ConfigError. */
+  function readConfig(text, table) {
+    if (!text.trim()) throw refused(null, "config.json: the box is empty: paste a config.json");
+    return specFromDict(parseJSON(text), table);
   }
 
   Object.assign(W, { readConfig, ConfigError });

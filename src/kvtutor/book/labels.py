@@ -354,6 +354,8 @@ ZH: dict[str, str] = {
     "model": "模型",
     "weights": "权重",
     "KV per token": "每词元 KV",
+    "attending layers": "做注意力的层",
+    "state per sequence": "每序列的状态",
     "KV per token: bf16": "每词元 KV：bf16",
     "numbers per token and layer": "每词元每层的数值个数",
     "expanded": "展开后",

@@ -6,8 +6,9 @@ type="application/json">``, which ``book/_static/widgets/*.js`` finds and draws:
 network, and the page works when opened from disk. Elsewhere (a terminal, Colab) the text form is
 one line naming the widget. The data is the package's own: the stepper's arrays are
 ``GPT2Model``'s trace, the calculator's models and constants come from ``models.hf_config``,
-``models.model_spec`` and ``measure.memory``; the JavaScript only lays them out and does the
-calculator's arithmetic, which ``measure.memory.kv_memory`` states.
+``models.model_spec`` and ``measure.memory``, and the rule table by which it reads a pasted
+config.json is ``models.families``' own; the JavaScript only lays them out, interprets that table
+and does the calculator's arithmetic, which ``measure.memory.kv_memory`` states.
 
 The output is the same on every run and every CPU, so that nbval compares it exactly: JSON with
 sorted keys, floats rounded to the printed digits. The stepper runs a float64 copy of the model,
@@ -28,8 +29,9 @@ import numpy as np
 
 from ..measure.costs import Cost, generation_costs
 from ..measure.memory import GIB, KEY_SCALES, KV_DTYPES, MAX_MEMORY_GIB, KVQuant, fixed_scale_bytes, kv_memory
+from ..models.families import export as family_table
 from ..models.gpt2 import GPT2Model
-from ..models.hf_config import bundled_config_path, bundled_models, load_model_spec
+from ..models.hf_config import bundled_config_path, bundled_models, family_examples, load_model_spec
 from ..models.tokenizer import ToyTokenizer
 from ..models.toy import TOY_PROMPT, load_toy_model, load_toy_tokenizer
 from ..validate import MAX_COUNT, check_int, check_real, greedy
@@ -258,14 +260,15 @@ def _model_row(name: str) -> dict[str, Any]:
         "d_value": spec.d_value, "kv_lora_rank": spec.kv_lora_rank,
         "qk_rope_head_dim": spec.qk_rope_head_dim, "sliding_window": spec.sliding_window,
         "n_sliding_layers": spec.n_sliding_layers, "max_seq_len": spec.max_seq_len,
-        "n_params": spec.n_params,
+        "n_params": spec.n_params, "n_state_layers": spec.n_state_layers,
+        "state_numbers_per_layer": spec.state_numbers_per_layer, "nested_in": spec.nested_in,
     }  # fmt: skip
 
 
 def _fp8_scale_bytes(name: str) -> int:
     """Bytes of one fp8 per-tensor scale, as ``fixed_scale_bytes`` counts them for ``name``."""
     spec = load_model_spec(name)
-    tensors = (1 if spec.kv_lora_rank else 2) * spec.n_layers
+    tensors = (1 if spec.kv_lora_rank else 2) * spec.n_attention_layers
     return fixed_scale_bytes(spec, "fp8") // tensors
 
 
@@ -292,9 +295,10 @@ def kv_calculator_data(
     memory_gib: float = 80,
     window: int | None = None,
 ) -> dict[str, Any]:
-    """The calculator's data: the bundled models (or ``models``) with their config.json files (a
-    reader loads one to edit), the KV dtypes with their bits and scales (``KVQuant``), the fp8
-    scale size, the limits, and the settings it opens with."""
+    """The calculator's data: the bundled models (or ``models``) with their config.json files and
+    the family examples' (a reader loads one to edit), the rule table by which the page reads a
+    config.json (``families.export()``, the one ``hf_config`` reads by), the KV dtypes with their
+    bits and scales (``KVQuant``), the fp8 scale size, the limits, and the settings it opens with."""
     names = _check_names(models)
     if not isinstance(model, str) or model.lower() not in names:
         raise ValueError(f"model: expected one of {', '.join(names)}, got {model!r}")
@@ -316,10 +320,13 @@ def kv_calculator_data(
         "max_count": MAX_COUNT, "kv_dtypes": list(KV_DTYPES), "weights_dtypes": list(KV_DTYPES),
         "dtypes": {d: {"bits": KVQuant(d).bits[0], "kind": KVQuant(d).kind} for d in KV_DTYPES},
         "scale_dtype": quant.scale_dtype, "scale_bits": quant.bits[1], "float_bits": quant.bits[2],
+        "float_dtype": quant.float_dtype,
         "key_scales": list(KEY_SCALES), "group_size": quant.group_size,
         "fp8_scale_bytes": _fp8_scale_bytes(names[0]),
         "models": [_model_row(name) for name in names],
         "configs": {name: bundled_config_path(name).read_text(encoding="utf-8") for name in names},
+        "examples": {n: bundled_config_path(n).read_text(encoding="utf-8") for n in family_examples()},
+        "families": family_table(),
         "defaults": {"model": model.lower(), "seq_len": seq_len, "batch": batch, "dtype": dtype,
                      "key_scales": quant.key_scales, "group_size": quant.group_size,
                      "weights_dtype": weights_dtype, "memory_gib": memory_gib, "window": window},

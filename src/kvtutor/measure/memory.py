@@ -1,6 +1,6 @@
 """How much memory the KV cache of a real model takes, next to its weights.
 
-Per token, every layer keeps one key and one value row per KV head::
+Per token, every attention layer keeps one key and one value row per KV head::
 
     kv_bytes_per_token = 2 (K and V) x n_layers x n_kv_heads x d_head x bytes per number
 
@@ -10,7 +10,10 @@ per token and layer, shared by every head::
     kv_bytes_per_token = n_layers x (kv_lora_rank + qk_rope_head_dim) x bytes per number
 
 A sequence of S tokens keeps S such rows, except in layers with a sliding window W, which keep
-only the last min(S, W). A batch of B sequences keeps B times that. The command line
+only the last min(S, W). A hybrid (Jamba) counts only its attention layers there; its
+state-space layers keep a state of constant size per sequence instead, and a state-space model
+(Mamba) keeps only that state and no KV cache (``state_bytes_per_sequence``). A batch of B
+sequences keeps B times both. The command line
 ``python -m kvtutor kv-memory CONFIG.json --seq-len 8192 --batch 8 --dtype bf16`` prints it all.
 
 Shrinking it: ``stored_bytes_per_*`` count a quantized cache's numbers and scales (``KVQuant``
@@ -27,20 +30,32 @@ import math
 import os
 import sys
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 from typing import Any
 
-from ..caches.quant import DEFAULT_GROUP_SIZE, QuantizedKVCache
-from ..models.hf_config import ModelSpec, bundled_models, load_model_spec
+from ..caches.quant import DEFAULT_GROUP_SIZE
+from ..models.hf_config import ModelSpec, bundled_models, family_examples, load_model_spec
 from ..models.model_spec import KEY_SCALES, KVQuant
 from ..validate import DTYPES, MAX_COUNT, check_at_most, check_int, dtype_info
+from .kv_stored import (
+    KVBytes,
+    ShrinkRow,
+    check_spec,
+    fixed_scale_bytes,
+    kv_quant_of,
+    kv_shrink_rows,
+    state_bytes_per_sequence,
+    state_dtype,
+    stored_bytes_per_sequence,
+    stored_bytes_per_token,
+)
 
 __all__ = [
     "DTYPE_BITS", "GIB", "dtype_bytes", "kv_bytes_per_token", "kv_bytes_per_token_decompressed",
     "kv_bytes_per_sequence", "kv_bytes_total", "weights_bytes", "max_batch", "mla_decode_costs",
     "KV_DTYPES", "KEY_SCALES", "KVQuant", "KVBytes", "stored_bytes_per_token",
     "stored_bytes_per_sequence", "fixed_scale_bytes", "kv_quant_of", "ShrinkRow", "kv_shrink_rows",
-    "KVMemory", "kv_memory", "format_bytes", "format_report", "main",
+    "state_bytes_per_sequence", "state_dtype", "KVMemory", "kv_memory", "format_bytes", "format_report",
+    "context_warning", "main",
 ]  # fmt: skip
 
 #: bits per stored number, by every name the calculator accepts (``validate.DTYPES``' names and aliases)
@@ -57,12 +72,6 @@ def _check_dtype(dtype: str, name: str = "dtype") -> int:
     return dtype_info(dtype, name).bits
 
 
-def _check_spec(spec: Any) -> ModelSpec:
-    if isinstance(spec, ModelSpec):
-        return spec
-    raise TypeError(f"spec: expected a ModelSpec (see kvtutor.models.hf_config), got {type(spec).__name__}")
-
-
 def _nbytes(count: int, bits: int) -> int:
     return (count * bits + 7) // 8
 
@@ -74,13 +83,13 @@ def dtype_bytes(dtype: str) -> float:
 
 def kv_bytes_per_token(spec: ModelSpec, dtype: str = "bf16") -> int:
     """2 x L x Hkv x K x bytes (MLA: L x (latent + rope key) x bytes): what
-    one more token adds to the cache, in every layer.
+    one more token adds to the cache, in every attention layer.
 
     The book shows this in "How big the KV cache gets" and "RoPE and the
     cache".
     """
-    _check_spec(spec)
-    numbers = spec.n_layers * spec.kv_numbers_per_layer
+    check_spec(spec)
+    numbers = spec.n_attention_layers * spec.kv_numbers_per_layer
     return _nbytes(numbers, _check_dtype(dtype))
 
 
@@ -88,8 +97,8 @@ def kv_bytes_per_token_decompressed(spec: ModelSpec, dtype: str = "bf16") -> int
     """Per token, K and V of every head as attention reads them: for MLA the
     cache of an implementation that stores the expanded heads; otherwise the
     same as ``kv_bytes_per_token``."""
-    _check_spec(spec)
-    numbers = spec.n_layers * spec.kv_numbers_per_layer_decompressed
+    check_spec(spec)
+    numbers = spec.n_attention_layers * spec.kv_numbers_per_layer_decompressed
     return _nbytes(numbers, _check_dtype(dtype))
 
 
@@ -103,7 +112,7 @@ def kv_bytes_per_sequence(
 
     The book shows this in "How big the KV cache gets".
     """
-    _check_spec(spec)
+    check_spec(spec)
     check_int("seq_len", seq_len, 1)
     n_numbers = spec.kv_numbers_per_layer * spec.cached_tokens(seq_len)
     return _nbytes(n_numbers, _check_dtype(dtype))
@@ -117,7 +126,7 @@ def kv_bytes_total(spec: ModelSpec, seq_len: int, batch: int, dtype: str = "bf16
 
 def weights_bytes(spec: ModelSpec, dtype: str = "bf16") -> int:
     """The weights, ``spec.n_params`` numbers of ``dtype``."""
-    _check_spec(spec)
+    check_spec(spec)
     return _nbytes(spec.n_params, _check_dtype(dtype))
 
 
@@ -128,15 +137,16 @@ def max_batch(
     dtype: str = "bf16",
     weights_dtype: str | None = None,
 ) -> int:
-    """The largest batch of seq_len-token sequences whose cache fits in
-    memory_bytes next to the weights (0 when not even one does). Activations
-    and framework overhead are ignored.
+    """The largest batch of seq_len-token sequences whose cache (and, in a
+    hybrid, the state) fits in memory_bytes next to the weights (0 when not
+    even one does). Activations and framework overhead are ignored.
 
     The book shows this in "How big the KV cache gets".
     """
     check_int("memory_bytes", memory_bytes, 1)
     room = memory_bytes - weights_bytes(spec, weights_dtype or dtype)
-    return max(0, room // kv_bytes_per_sequence(spec, seq_len, dtype))
+    kv = kv_bytes_per_sequence(spec, seq_len, dtype)
+    return max(0, room // (kv + state_bytes_per_sequence(spec, dtype)))
 
 
 def mla_decode_costs(spec: ModelSpec, seq_len: int, dtype: str = "bf16") -> dict[str, int]:
@@ -153,7 +163,7 @@ def mla_decode_costs(spec: ModelSpec, seq_len: int, dtype: str = "bf16") -> dict
 
     r = kv_lora_rank, K = d_head (nope + rope), Kv = v_head_dim, H = n_heads.
     """
-    _check_spec(spec)
+    check_spec(spec)
     check_int("seq_len", seq_len, 1)
     if not spec.kv_lora_rank:
         raise ValueError(
@@ -174,145 +184,16 @@ def mla_decode_costs(spec: ModelSpec, seq_len: int, dtype: str = "bf16") -> dict
     }
 
 
-# ---------------------------------------------------------------- shrinking it: scales and windows
-
-
-@dataclass(frozen=True)
-class KVBytes:
-    """A stored cache's bytes by part: the numbers (``payload``), their ``scales`` (int8, int4) and
-    the ``residual``, keys of an unfilled per-channel group kept in float. Each part is rounded up
-    to whole bytes; ``total`` is their sum."""
-
-    payload: int
-    scales: int = 0
-    residual: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.payload + self.scales + self.residual
-
-
-def _quant_for(spec: Any, quant: Any) -> KVQuant:
-    _check_spec(spec)
-    if isinstance(quant, str):
-        quant = KVQuant(quant)
-    if not isinstance(quant, KVQuant):
-        raise TypeError(f"quant: expected a dtype name or a KVQuant, got {type(quant).__name__}")
-    quant.layer_bits(spec, 1)  # refuses per-channel key scales for latent attention
-    return quant
-
-
-def _to_bytes(bits: list[Fraction]) -> KVBytes:
-    return KVBytes(*(math.ceil(b / 8) for b in bits))
-
-
-def stored_bytes_per_token(spec: ModelSpec, quant: str | KVQuant = "bf16") -> KVBytes:
-    """What one more token adds to a cache stored as ``quant`` (a dtype name or a ``KVQuant``), all
-    layers: the numbers and their scales, per-channel key scales spread over their group."""
-    q = _quant_for(spec, quant)
-    return _to_bytes([spec.n_layers * b for b in q.layer_bits(spec, Fraction(1))])
-
-
-def stored_bytes_per_sequence(
-    spec: ModelSpec, seq_len: int, quant: str | KVQuant = "bf16", window: int | None = None, sinks: int = 0
-) -> KVBytes:
-    """One sequence of seq_len tokens stored as ``quant``, with the model's own windows; ``window``
-    and ``sinks`` impose one on every layer (``ModelSpec.layer_tokens``)."""
-    q = _quant_for(spec, quant)
-    bits = [Fraction(0)] * 3
-    for layers, n in spec.layer_tokens(seq_len, window, sinks):
-        bits = [total + layers * b for total, b in zip(bits, q.layer_bits(spec, n), strict=True)]
-    return _to_bytes(bits)
-
-
-def fixed_scale_bytes(spec: ModelSpec, quant: str | KVQuant = "bf16") -> int:
-    """Bytes of per-tensor scales, one set for the whole cache (fp8: one fp32 scale per layer for K
-    and one for V, one for an MLA row), 0 for the other formats."""
-    q = _quant_for(spec, quant)
-    return (1 if spec.kv_lora_rank else 2) * spec.n_layers * 4 if q.kind == "fp8" else 0
-
-
-def kv_quant_of(cache: QuantizedKVCache) -> KVQuant:
-    """An int8 ``QuantizedKVCache``'s layout as a ``KVQuant``, so that ``stored_bytes_per_sequence(spec,
-    len(cache), kv_quant_of(cache)).total == cache.nbytes``: one count of int8 bytes, scales included."""
-    if not isinstance(cache, QuantizedKVCache):
-        raise TypeError(f"cache: expected a QuantizedKVCache, got {type(cache).__name__}")
-    scale, residual = (DTYPES[d.name].aliases[0] for d in (cache.scale_dtype, cache.dtype))  # 'fp32'
-    return KVQuant("int8", cache.key_mode, cache.group_size, scale, residual)
-
-
-@dataclass(frozen=True)
-class ShrinkRow:
-    """One model's KV cache at ``seq_len`` tokens four ways, in bytes per token and per sequence.
-
-    ``bf16``: every layer keeps every token (the reference; a model's own window left out);
-    ``int8`` with its scales and ``fp8`` (``KVQuant``'s assumptions; fp8's per-tensor scales belong
-    to the whole cache, not to a sequence); ``windowed``: bf16 with the given window in every layer,
-    else the model's own (None: it has none). A windowed per-token figure is what token seq_len + 1
-    adds: 0 once every layer's window is full. seq_len may exceed the model's ``max_seq_len``.
-    """
-
-    model: str
-    attention: str
-    max_seq_len: int
-    seq_len: int
-    window: int | None
-    sinks: int
-    n_windowed_layers: int
-    bf16_per_token: int
-    int8_per_token: int
-    fp8_per_token: int
-    windowed_per_token: int | None
-    bf16_per_sequence: int
-    int8_per_sequence: int
-    fp8_per_sequence: int
-    windowed_per_sequence: int | None
-
-    def saving(self, kind: str) -> float | None:
-        """bf16 bytes per sequence over those of ``kind`` ('int8', 'fp8' or 'windowed'): 2.0 halves."""
-        if kind not in ("int8", "fp8", "windowed"):
-            raise ValueError(f"kind: expected 'int8', 'fp8' or 'windowed', got {kind!r}")
-        other = getattr(self, f"{kind}_per_sequence")
-        return None if other is None else self.bf16_per_sequence / other
-
-
-def kv_shrink_rows(
-    seq_len: int, window: int | None = None, sinks: int = 0, names: list[str] | None = None
-) -> list[ShrinkRow]:
-    """For every bundled model (or ``names``), its cache at seq_len tokens in bf16, int8, fp8 and
-    windowed: the rows of the book's table and figure."""
-    check_int("seq_len", seq_len, 1)
-    names = bundled_models() if names is None else names
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        raise TypeError(f"names: expected a list of model names, got {names!r}")
-    rows = []
-    for name in names:
-        spec = load_model_spec(name)
-        full = spec.without_window()
-        seq = {d: stored_bytes_per_sequence(full, seq_len, d).total for d in ("bf16", "int8", "fp8")}
-        tok = {d: stored_bytes_per_token(full, d).total for d in ("bf16", "int8", "fp8")}
-        own = window is None and spec.sliding_window is None
-        windowed = [None if own else stored_bytes_per_sequence(spec, n, "bf16", window, sinks).total
-                    for n in (seq_len, seq_len + 1)]  # fmt: skip
-        rows.append(ShrinkRow(
-            model=name, attention=spec.attention_kind, max_seq_len=spec.max_seq_len, seq_len=seq_len,
-            window=window if window is not None else spec.sliding_window, sinks=sinks,
-            n_windowed_layers=spec.n_layers if window is not None else spec.n_sliding_layers,
-            bf16_per_token=tok["bf16"], int8_per_token=tok["int8"], fp8_per_token=tok["fp8"],
-            windowed_per_token=None if own else windowed[1] - windowed[0],
-            bf16_per_sequence=seq["bf16"], int8_per_sequence=seq["int8"], fp8_per_sequence=seq["fp8"],
-            windowed_per_sequence=windowed[0],
-        ))  # fmt: skip
-    return rows
-
-
 @dataclass(frozen=True)
 class KVMemory:
     """Every number the calculator reports for one model, context length, batch and dtype.
 
     ``kv_bytes_*`` include ``KVQuant``'s scales; ``window``, ``sinks``: a what-if on every layer
     (``sliding_window``: the model's own). ``_full`` keeps every token, ``_bf16`` is the same windows
-    in bf16 (the reference of ``saving_vs_bf16``); ``window_saving`` is full over windowed."""
+    in bf16 (the reference of ``saving_vs_bf16``); ``window_saving`` is full over windowed.
+    A hybrid's ``n_state_layers`` keep ``state_bytes_per_sequence`` (in ``state_dtype``) besides
+    the KV of its ``n_attention_layers``; ``kv_bytes_total`` (and the batch that fits) counts both.
+    ``beyond_context``: seq_len is more than the config's ``max_position_embeddings``."""
 
     model: str
     dtype: str
@@ -353,6 +234,13 @@ class KVMemory:
     kv_bytes_per_sequence_bf16: int = 0
     saving_vs_bf16: float = 1.0
     window_saving: float = 1.0
+    n_attention_layers: int = 0
+    n_state_layers: int = 0
+    state_numbers_per_layer: int = 0
+    state_bytes_per_sequence: int = 0
+    state_dtype: str = "bf16"
+    beyond_context: bool = False
+    nested_in: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -386,8 +274,9 @@ def kv_memory(
     scale_dtype: str = "fp16",
 ) -> KVMemory:
     """All the calculator's numbers; with ``memory_gib``, also the largest batch that fits. The
-    cache is ``dtype`` with ``KVQuant(dtype, key_scales, group_size, scale_dtype)``'s scales."""
-    _check_spec(spec)
+    cache is ``dtype`` with ``KVQuant(dtype, key_scales, group_size, scale_dtype)``'s scales, and a
+    hybrid's state is kept in ``state_dtype(dtype)``."""
+    check_spec(spec)
     _check_dtype(dtype)
     q = KVQuant(dtype, key_scales, group_size, scale_dtype)
     weights_dtype = (weights_dtype or dtype).lower()
@@ -398,11 +287,13 @@ def kv_memory(
     token, fixed = stored_bytes_per_token(spec, q), fixed_scale_bytes(spec, q)
     full = stored_bytes_per_sequence(spec.without_window(), seq_len, q).total
     bf16 = stored_bytes_per_sequence(spec, seq_len, "bf16", window, sinks).total
-    total, w = batch * seq.total + fixed, weights_bytes(spec, weights_dtype)
+    state, state_bf16 = state_bytes_per_sequence(spec, q), state_bytes_per_sequence(spec, "bf16")
+    cache = seq.total + state  # one sequence: its KV rows and its constant state
+    total, w = batch * cache + fixed, weights_bytes(spec, weights_dtype)
     memory = biggest = fits = None
     if memory_gib is not None:
         memory = _memory_bytes(memory_gib)
-        biggest, fits = max(0, (memory - w - fixed) // seq.total), w + total <= memory
+        biggest, fits = max(0, (memory - w - fixed) // cache), w + total <= memory
     return KVMemory(
         model=spec.name, dtype=dtype.lower(), weights_dtype=weights_dtype, seq_len=seq_len, batch=batch,
         n_layers=spec.n_layers, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, d_head=spec.d_head,
@@ -418,7 +309,10 @@ def kv_memory(
         kv_scale_bytes_per_token=token.scales, kv_scale_bytes_per_sequence=seq.scales,
         kv_residual_bytes_per_sequence=seq.residual, kv_scale_bytes_fixed=fixed,
         kv_bytes_per_sequence_full=full, kv_bytes_per_sequence_bf16=bf16,
-        saving_vs_bf16=bf16 / seq.total, window_saving=full / seq.total,
+        saving_vs_bf16=(bf16 + state_bf16) / cache, window_saving=(full + state) / cache,
+        n_attention_layers=spec.n_attention_layers, n_state_layers=spec.n_state_layers,
+        state_numbers_per_layer=spec.state_numbers_per_layer, state_bytes_per_sequence=state,
+        state_dtype=state_dtype(q), beyond_context=0 < spec.max_seq_len < seq_len, nested_in=spec.nested_in,
     )  # fmt: skip
 
 
@@ -447,61 +341,91 @@ def _scale_lines(m: KVMemory) -> list[str]:
     ]
 
 
-def format_report(m: KVMemory) -> str:
-    """The table the command line prints."""
-    group = m.n_heads // m.n_kv_heads
-    window = "none (every layer keeps the whole context)"
-    if m.sliding_window:
-        window = f"{m.sliding_window:,} tokens in {m.n_sliding_layers} of {m.n_layers} layers"
-    if m.window is not None:
-        own = f"\n           (its own: {window})" if m.sliding_window else ""
-        kept = f" ({m.sinks:,} sinks + the last {m.window - m.sinks:,})" if m.sinks else ""
-        window = f"what-if: {m.window:,} tokens in every layer{kept}{own}"
+def _model_lines(m: KVMemory) -> list[str]:
+    """The report's head: parameters, attention (and state) layers, window, dtypes."""
     lines = [f"model      {m.model}: {m.n_params / 1e9:.2f} B parameters"]
     if m.n_experts > 1:
         lines.append(
             f"           {m.n_active_params / 1e9:.2f} B active per token "
             f"({m.n_experts_per_token} of {m.n_experts} routed experts)"
         )
-    if m.attention == "MLA":
+    if m.nested_in:
+        lines.append(f"           the language model of a {m.nested_in} config (other towers not counted)")
+    layers = (
+        f"{m.n_layers} layers" if not m.n_state_layers else f"{m.n_attention_layers} of {m.n_layers} layers"
+    )
+    if m.attention == "none":
+        lines.append("attention  none: no layer attends, so there is no KV cache")
+    elif m.attention == "MLA":
         lines += [
-            f"attention  {m.n_layers} layers, {m.n_heads} heads, key head dim {m.d_head}",
+            f"attention  {layers}, {m.n_heads} heads, key head dim {m.d_head}",
             "           multi-head latent: one compressed latent (and rotary key) per",
             "           token and layer, shared by every head",
         ]
     else:
         kind = {"MHA": "multi-head", "GQA": "grouped-query", "MQA": "multi-query"}[m.attention]
+        group = m.n_heads // m.n_kv_heads
         lines += [
-            f"attention  {m.n_layers} layers, {m.n_heads} query heads, {m.n_kv_heads} KV heads, "
-            f"head dim {m.d_head}",
+            f"attention  {layers}, {m.n_heads} query heads, {m.n_kv_heads} KV heads, head dim {m.d_head}",
             f"           {kind}: {group} query head{'s' if group > 1 else ''} per KV head",
         ]
-    lines += [
-        f"window     {window}",
-        f"dtype      KV cache {m.dtype}, weights {m.weights_dtype}",
-        *_scale_lines(m),
-        "",
-    ]
-    rows = [("KV per token (all layers)", m.kv_bytes_per_token)]
+    if m.n_state_layers:
+        lines += [
+            f"state      {m.n_state_layers} state-space layers, {m.state_numbers_per_layer:,} numbers each",
+            f"           per sequence ({m.state_dtype}), whatever its length",
+        ]
+    window = f"none (every {'attention ' if m.n_state_layers else ''}layer keeps the whole context)"
+    if m.sliding_window:
+        window = f"{m.sliding_window:,} tokens in {m.n_sliding_layers} of {m.n_attention_layers} layers"
+    if m.window is not None:
+        own = f"\n           (its own: {window})" if m.sliding_window else ""
+        kept = f" ({m.sinks:,} sinks + the last {m.window - m.sinks:,})" if m.sinks else ""
+        window = f"what-if: {m.window:,} tokens in every layer{kept}{own}"
+    if m.attention != "none":
+        lines.append(f"window     {window}")
+    return [*lines, f"dtype      KV cache {m.dtype}, weights {m.weights_dtype}", *_scale_lines(m), ""]
+
+
+def context_warning(m: KVMemory) -> str:
+    """What the report says beside the figure when seq_len is past the model's context ("" if not)."""
+    if not m.beyond_context:
+        return ""
+    return (f"{m.seq_len:,} tokens is more than this model's context "
+            f"(max_position_embeddings = {m.max_position_embeddings:,})")  # fmt: skip
+
+
+def format_report(m: KVMemory) -> str:
+    """The table the command line prints."""
+    lines = _model_lines(m)
+    layers = "all layers" if not m.n_state_layers else f"{m.n_attention_layers} attention layers"
+    rows: list[tuple[str, int] | str] = [(f"KV per token ({layers})", m.kv_bytes_per_token)]
     if m.kv_scale_bytes_per_token:
         rows.append(("  of which scales", m.kv_scale_bytes_per_token))
     if m.attention == "MLA":
         rows.append(("  if heads were stored expanded", m.kv_bytes_per_token_decompressed))
     rows.append((f"KV per sequence ({m.seq_len:,} tokens)", m.kv_bytes_per_sequence))
+    if m.beyond_context:  # beside the figure it concerns
+        rows.append(f"  warning: more than this model's context ({m.max_position_embeddings:,} tokens)")
     if m.kv_bytes_per_sequence_full != m.kv_bytes_per_sequence:
         rows.append(("  without the window", m.kv_bytes_per_sequence_full))
     if m.kv_bytes_per_sequence_bf16 != m.kv_bytes_per_sequence:
         rows.append(("  the same in bf16", m.kv_bytes_per_sequence_bf16))
+    if m.n_state_layers:
+        rows.append((f"state per sequence ({m.n_state_layers} layers)", m.state_bytes_per_sequence))
+    cache = "KV + state" if m.n_state_layers else "KV"
     rows += [
-        (f"KV for the batch ({m.batch} x {m.seq_len:,})", m.kv_bytes_total),
+        (f"{cache} for the batch ({m.batch} x {m.seq_len:,})", m.kv_bytes_total),
         ("weights", m.weights_bytes),
-        ("weights + KV", m.total_bytes),
+        (f"weights + {cache}", m.total_bytes),
     ]
     if m.memory_bytes is not None:
         rows.append(("memory budget", m.memory_bytes))
-    width = max(len(r[0]) for r in rows)
+    width = max(len(r[0]) for r in rows if isinstance(r, tuple))
     lines.append(f"{'':<{width}}  {'bytes':>18}  {'':>10}")
-    lines += [f"{label:<{width}}  {n:>18,d}  {format_bytes(n):>10}" for label, n in rows]
+    for row in rows:
+        lines.append(
+            row if isinstance(row, str) else f"{row[0]:<{width}}  {row[1]:>18,d}  {format_bytes(row[1]):>10}"
+        )
     if m.saving_vs_bf16 != 1 or m.window_saving != 1:
         lines.append("")
     if m.saving_vs_bf16 != 1:
@@ -517,11 +441,6 @@ def format_report(m: KVMemory) -> str:
             "",
             f"batch {m.batch} at {m.seq_len:,} tokens {verdict} in {format_bytes(m.memory_bytes)}",
             f"largest batch that fits: {m.max_batch}",
-        ]
-    if m.seq_len > m.max_position_embeddings:
-        lines += [
-            f"note: {m.seq_len:,} tokens is more than this model's context",
-            f"      (max_position_embeddings = {m.max_position_embeddings:,})",
         ]
     return "\n".join(lines)
 
@@ -550,7 +469,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sinks", type=int, default=0, help="with --window: S of the W are the first tokens")
     p.add_argument("--memory-gib", type=float, help="memory budget in GiB: report the largest batch")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--list", action="store_true", help="list the bundled model names and exit")
+    p.add_argument(
+        "--list", action="store_true", help="list the bundled model names (and family examples) and exit"
+    )
     return p
 
 
@@ -561,8 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # argparse has printed its message; give the status back to the caller
         return int(exc.code or 0)
-    if args.list:
-        print("\n".join(bundled_models()))
+    if args.list:  # the bundled models, then one published config of each further family
+        print("\n".join([*bundled_models(), *family_examples()]))
         return 0
     if args.config is None:
         parser.print_usage(sys.stderr)
@@ -572,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         spec = load_model_spec(args.config)
+        if args.seq_len is None and not spec.max_seq_len:
+            raise ValueError(f"seq_len: expected a number of tokens ({spec.name}'s config states no context "
+                             "length, max_position_embeddings), got none")  # fmt: skip
         seq_len = spec.max_seq_len if args.seq_len is None else args.seq_len
         kv_dtype = args.dtype if args.kv_dtype is None else args.kv_dtype
         _check_dtype(kv_dtype, "dtype" if args.kv_dtype is None else "kv_dtype")
@@ -588,8 +512,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("name_or_path", "name", "path"):  # the positional argument is CONFIG
             if message.startswith(f"{name}:"):
                 message = "CONFIG" + message[len(name) :]
-        print(f"kv-memory: error: {message}", file=sys.stderr)
+        for line in message.splitlines():  # a config can hold several bad keys: one a line
+            print(f"kv-memory: error: {line}", file=sys.stderr)
         return 2
+    if report.beyond_context:
+        print(f"kv-memory: warning: {context_warning(report)}", file=sys.stderr)
     if args.json:
         out = report.to_dict()
         out["source"] = args.config if os.path.exists(args.config) else f"bundled:{spec.name}"

@@ -1,35 +1,27 @@
 """Read a Hugging Face ``config.json`` into the few numbers that size the KV cache and the weights.
 
-The families understood, by ``model_type``:
+What each family's keys mean is a table, ``kvtutor.models.families.FAMILIES`` (by ``model_type``):
+which keys give the layers, heads, KV heads, head dim, widths and context, which rules place the
+sliding windows, the experts, the attention layers of a hybrid and the constant state of its
+other layers. This module reads a config by that table; the book's calculator reads the same
+table in the page. The families: GPT-2 and StarCoder (``gpt2``, ``gpt_bigcode``), Llama and its
+relatives (Mistral, Mixtral, Qwen2/3 and their mixtures of experts, Gemma 1-3), DeepSeek-V2/V3
+(latent attention), OPT, Falcon (multi-query, and ``new_decoder_architecture`` with
+``num_kv_heads``), GPT-NeoX (Pythia), Phi-3/3.5/4, StarCoder2, OLMo and OLMo-2, Cohere (Command-R),
+InternLM2, the hybrid Jamba (Mamba) and Bamba (Mamba-2), and the state-space models Mamba and
+Mamba-2, which keep no KV cache at all. A multimodal config (LLaVA, Gemma-3) is read by its
+``text_config``, where absent keys take the config class's defaults as transformers does.
 
-* GPT-2 (``gpt2``) and StarCoder (``gpt_bigcode``): ``n_embd``, ``n_head``, ``n_layer``,
-  ``n_positions``, ``n_inner``, ``vocab_size``; ``gpt_bigcode`` adds ``multi_query`` (true: one
-  key/value head shared by every query head). LayerNorm with biases, learned positions, a GELU MLP,
-  biases everywhere.
-* Llama and its relatives (``llama``, ``mistral``, ``mixtral``, ``qwen2``, ``qwen3``, ``gemma``,
-  ``gemma2``, ``gemma3_text``): ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``,
-  ``head_dim``, ``num_hidden_layers``, ``intermediate_size``, ``max_position_embeddings``,
-  ``sliding_window`` (and the rules each family has for which layers use it),
-  ``vocab_size``, ``tie_word_embeddings``; Mixtral's experts (``num_local_experts``,
-  ``num_experts_per_tok``). RMSNorm, rotary positions (no weights), a gated MLP.
-* Qwen mixtures of experts (``qwen2_moe``, ``qwen3_moe``): ``num_experts``,
-  ``num_experts_per_tok``, ``moe_intermediate_size``, ``shared_expert_intermediate_size``,
-  ``decoder_sparse_step``, ``mlp_only_layers``.
-* DeepSeek-V2 and V3 (``deepseek_v2``, ``deepseek_v3``): multi-head latent attention
-  (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``)
-  and DeepSeek's experts (``n_routed_experts``, ``n_shared_experts``, ``num_experts_per_tok``,
-  ``moe_intermediate_size``, ``first_k_dense_replace``, ``moe_layer_freq``). DeepSeek-V3's
-  multi-token-prediction module (``num_nextn_predict_layers``) is not part of the model that
-  generates text and is left out, as in the published 671B.
-
-Anything else is refused with an error that names the key: a ``model_type`` not listed, or a key
-that changes the sizes in a way this family's reader does not model (``kv_lora_rank`` in a Llama
-config, ``mlp_bias: true``, an unknown ``layer_types`` entry, ...). A wrong number is worse than
-no number.
+Anything else is refused with an error that names every bad key: a ``model_type`` not listed, a
+missing or mistyped size, or a key that changes the sizes in a way this family's rules do not
+model (``kv_lora_rank`` in a Llama config, ``mlp_bias: true``, an unknown ``layer_types`` entry,
+...). A wrong number is worse than no number.
 
 A bundled table of well-known models' published configs lives in ``kvtutor/data/configs``
-(``bundled_models()``); ``load_model_spec("llama-3-8b")`` reads one of those, and
-``load_model_spec("path/to/config.json")`` reads any file. Nothing is ever downloaded.
+(``bundled_models()``), and one published config of each further family in
+``kvtutor/data/configs/families`` (``family_examples()``); ``load_model_spec("llama-3-8b")`` reads
+one of those, and ``load_model_spec("path/to/config.json")`` reads any file. Nothing is ever
+downloaded.
 
 Every reader returns a ``ModelSpec`` (defined in ``kvtutor.models.model_spec``, importable from here too).
 """
@@ -37,132 +29,58 @@ Every reader returns a ``ModelSpec`` (defined in ``kvtutor.models.model_spec``, 
 from __future__ import annotations
 
 import json
+import math
+import operator
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..validate import MAX_COUNT, check_at_most
+from ..validate import MAX_COUNT
+from .families import FAMILIES, MODEL_TYPES, SIZING_KEYS, WRAPPERS, honoured_keys
 from .model_spec import ModelSpec
 
 __all__ = [
     "ModelSpec",
     "MODEL_TYPES",
+    "ConfigError",
     "spec_from_dict",
     "read_hf_config",
     "bundled_models",
     "bundled_config_path",
+    "family_examples",
+    "family_example_path",
     "load_model_spec",
 ]
 
-#: model_type values whose configs use the Llama key names and a gated MLP
-LLAMA_STYLE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
-QWEN_MOE = ("qwen2_moe", "qwen3_moe")
-DEEPSEEK = ("deepseek_v2", "deepseek_v3")
-GPT2_STYLE = ("gpt2", "gpt_bigcode")
-#: every model_type the reader understands
-MODEL_TYPES = GPT2_STYLE + LLAMA_STYLE + QWEN_MOE + DEEPSEEK
-
-# Defaults that the real config classes use when a key is absent from config.json.
-_TIED_BY_DEFAULT = {"gpt2": True, "gpt_bigcode": True, "gemma": True, "gemma2": True, "gemma3_text": True}
-_FOUR_NORMS = {"gemma2", "gemma3_text"}  # a norm before and after both attention and MLP
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text"}  # an RMSNorm of width d_head on every q and k head
-_HEAD_DIM_DEFAULT = {"qwen3": 128, "gemma": 256, "gemma2": 256, "gemma3_text": 256}  # else D / H
-
-# Keys that change the cache or the weight count somewhere. A family honours some of them; any
-# other one, set to something other than "off", is refused rather than ignored.
-_SIZING_KEYS = (
-    "multi_query", "head_dim", "num_key_value_heads", "attention_bias", "qkv_bias", "mlp_bias",
-    "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "sliding_window_pattern",
-    "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
-    "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
-    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-    "num_nextn_predict_layers", "attention_chunk_size", "cross_attention_layers", "no_rope_layers",
-)  # fmt: skip
-_WINDOW_KEYS = ("sliding_window", "use_sliding_window", "layer_types")
-_HONOURED: dict[str, set[str]] = {
-    "gpt2": set(),
-    "gpt_bigcode": {"multi_query", "num_key_value_heads"},  # transformers writes the latter: 1 or n_head
-    "llama": {"head_dim", "num_key_value_heads", "attention_bias", "mlp_bias", *_WINDOW_KEYS},
-    "mistral": {"head_dim", "num_key_value_heads", *_WINDOW_KEYS},
-    "mixtral": {"head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok", *_WINDOW_KEYS},
-    "qwen2": {"head_dim", "num_key_value_heads", "max_window_layers", *_WINDOW_KEYS},
-    "qwen3": {"head_dim", "num_key_value_heads", "attention_bias", "max_window_layers", *_WINDOW_KEYS},
-    "gemma": {"head_dim", "num_key_value_heads", "attention_bias"},
-    "gemma2": {"head_dim", "num_key_value_heads", "attention_bias", *_WINDOW_KEYS},
-    "gemma3_text": {
-        "head_dim", "num_key_value_heads", "attention_bias", "sliding_window_pattern", *_WINDOW_KEYS,
-    },
-    "qwen2_moe": {
-        "head_dim", "num_key_value_heads", "qkv_bias", "max_window_layers", "num_experts",
-        "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
-        "decoder_sparse_step", "mlp_only_layers", "num_local_experts", *_WINDOW_KEYS,
-    },
-    "qwen3_moe": {
-        "head_dim", "num_key_value_heads", "attention_bias", "max_window_layers", "num_experts",
-        "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
-        "num_local_experts", *_WINDOW_KEYS,
-    },
-    "deepseek_v2": {
-        "num_key_value_heads", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-        "v_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
-        "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq",
-        "head_dim",  # transformers writes qk_rope_head_dim here; checked in _mla_fields
-    },
-}  # fmt: skip
-_HONOURED["deepseek_v3"] = _HONOURED["deepseek_v2"] | {"num_nextn_predict_layers"}
+_SPEC_FIELDS = {f.name for f in fields(ModelSpec)}
 
 
-# ---------------------------------------------------------------- reading config.json
+class ConfigError(ValueError):
+    """A config.json the reader refuses. ``problems`` holds (key, message) for every bad key
+    found (key None when the problem is not one key's); the message lists them, one a line."""
+
+    def __init__(self, problems: list[tuple[str | None, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(message for _, message in self.problems))
+
+    @property
+    def keys(self) -> list[str]:
+        """The keys named, in order."""
+        return [key for key, _ in self.problems if key is not None]
 
 
-class _Reader:
-    """Looks keys up in one config dict; every error names the key and the file."""
+class _Missing:
+    """A value that could not be read: its problem is recorded, and what needs it is skipped."""
 
-    def __init__(self, cfg: Mapping[str, Any], where: str) -> None:
-        self.cfg, self.where = cfg, where
+    def __repr__(self) -> str:
+        return "<missing>"
 
-    def _label(self, key: str) -> str:
-        return f"config[{key!r}]" + (f" in {self.where}" if self.where else "")
 
-    def has(self, key: str) -> bool:
-        return self.cfg.get(key) is not None
-
-    def int(self, key: str, default: int | None = None, low: int = 1) -> int:
-        value = self.cfg.get(key)
-        if value is None:
-            if default is not None:
-                return default
-            where = f" in {self.where}" if self.where else ""
-            raise ValueError(f"config: missing key {key!r}{where}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            kind = "a positive int" if low == 1 else f"an int >= {low}"
-            raise ValueError(f"{self._label(key)}: expected {kind}, got {_shown(value)}")
-        return check_at_most(self._label(key), value, MAX_COUNT)
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.cfg.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise ValueError(f"{self._label(key)}: expected true or false, got {_shown(value)}")
-        return value
-
-    def layer_list(self, key: str, n_layers: int) -> list[int]:
-        value = self.cfg.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_layers for i in value
-        ):
-            raise ValueError(
-                f"{self._label(key)}: expected a list of layer indices 0 .. {n_layers - 1}, "
-                f"got {_shown(value)}"
-            )
-        return value
+_MISSING = _Missing()
 
 
 def _shown(value: Any) -> str:
@@ -183,58 +101,280 @@ def _is_off(value: Any) -> bool:
     return value == [] or value == ""
 
 
+class _Reader:
+    """Reads one config by its family's row; every problem names the key and the file, and reading
+    goes on past it, so that every bad key is found."""
+
+    def __init__(self, cfg: Mapping[str, Any], where: str, defaults: Mapping[str, Any]) -> None:
+        self.cfg, self.where, self.defaults = cfg, where, defaults
+        self.problems: list[tuple[str | None, str]] = []
+        self.values: dict[str, Any] = {}
+        self.sources: dict[str, str] = {}  # field -> the key it was read from
+        self.row: dict[str, Any] = {}
+
+    def label(self, key: str) -> str:
+        return f"config[{key!r}]" + (f" in {self.where}" if self.where else "")
+
+    def fail(self, key: str | None, message: str) -> _Missing:
+        self.problems.append((key, message))
+        return _MISSING
+
+    def get(self, key: str) -> Any:
+        value = self.cfg.get(key)
+        return self.defaults.get(key) if value is None else value
+
+    def int(self, key: str, low: int = 1) -> Any:
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            kind = "a positive int" if low == 1 else f"an int >= {low}"
+            return self.fail(key, f"{self.label(key)}: expected {kind}, got {_shown(value)}")
+        if value > MAX_COUNT:
+            return self.fail(key, f"{self.label(key)}: expected at most {MAX_COUNT:,}, got {_big(value)}")
+        return value
+
+    def bool(self, key: str, default: bool) -> Any:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            return self.fail(key, f"{self.label(key)}: expected true or false, got {_shown(value)}")
+        return value
+
+    def layer_list(self, key: str, n_layers: int) -> Any:
+        value = self.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_layers for i in value
+        ):
+            expected = f"expected a list of layer indices 0 .. {n_layers - 1}"
+            return self.fail(key, f"{self.label(key)}: {expected}, got {_shown(value)}")
+        return value
+
+    # ------------------------------------------------------------ the table's expressions
+    def field(self, name: str) -> Any:
+        if name not in self.values:
+            self.values[name] = _MISSING  # read once, even where it failed
+            self.values[name] = self.eval(self.row["fields"][name], name)
+        return self.values[name]
+
+    def source(self, expr: Any) -> str | None:
+        """The config key an expression reads directly (or through a field), if one."""
+        if isinstance(expr, dict) and "key" in expr:
+            return expr["key"]
+        if isinstance(expr, dict) and "field" in expr:
+            self.field(expr["field"])
+            return self.sources.get(expr["field"])
+        return None
+
+    def eval(self, expr: Any, name: str | None = None, explicit: str | None = None) -> Any:
+        if not isinstance(expr, dict):
+            return expr
+        if "key" in expr:
+            return self.key(expr, name)
+        if "flag" in expr:
+            return self.bool(expr["flag"], expr["default"])
+        if "field" in expr:
+            return self.field(expr["field"])
+        ((op, args),) = expr.items()
+        if op == "if":
+            condition = self.eval(args[0])
+            return condition if condition is _MISSING else self.eval(args[1] if condition else args[2], name)
+        a, b = (self.eval(arg) for arg in args)
+        if a is _MISSING or b is _MISSING:
+            return _MISSING
+        if op == "div" and not (b and a % b == 0):
+            top, bottom = self.source(args[0]), self.source(args[1])
+            if top is None:  # a width computed from several keys (Mamba-2's head_dim "auto")
+                return self.fail(explicit, f"{self.label(explicit)}: {a} is not a multiple of {bottom}={b}")
+            also = f" (or an explicit {explicit})" if explicit else ""
+            return self.fail(top, f"{self.label(top)}: expected a multiple of {bottom}={b}{also}, got {a}")
+        return _ARITHMETIC[op](a, b)
+
+    def key(self, expr: dict[str, Any], name: str | None) -> Any:
+        key = expr["key"]
+        if self.get(key) is None and expr.get("else_key") and self.get(expr["else_key"]) is not None:
+            key = expr["else_key"]
+        value = self.get(key)
+        if value is None:
+            if "default" in expr:
+                return self.eval(expr["default"], explicit=key)
+            where = f" in {self.where}" if self.where else ""
+            return self.fail(key, f"config: missing key {key!r}{where}")
+        if name is not None:
+            self.sources[name] = key
+        if value == "auto" and "auto" in expr:
+            return self.eval(expr["auto"], explicit=key)
+        return self.int(key, expr.get("low", 1))
+
+
+_ARITHMETIC = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "eq": operator.eq,
+    "div": operator.floordiv, "ceil_div": lambda a, b: -(-a // b),
+}  # fmt: skip
+
+
+def _big(value: int) -> str:
+    return f"about 10**{int(value.bit_length() * math.log10(2))}" if value > 10**18 else f"{value:,}"
+
+
 def _check_honoured(r: _Reader, model_type: str) -> None:
-    """A sizing key this family's reader does not model, set to anything but 'off', is an error."""
-    honoured = _HONOURED[model_type]
-    for key in _SIZING_KEYS:
+    """A sizing key this family's rules do not read, set to anything but 'off', is a problem."""
+    honoured = set(honoured_keys(model_type))
+    for key in SIZING_KEYS:
         value = r.cfg.get(key)
         if key in honoured or _is_off(value):
             continue
-        raise ValueError(
-            f"{r._label(key)}: model_type {model_type!r} does not use this key, and the calculator "
-            f"cannot honour {key}={_shown(value)}: it would change the sizes in a way it does not model"
+        r.fail(
+            key,
+            f"{r.label(key)}: model_type {model_type!r} does not use this key, and the calculator "
+            f"cannot honour {key}={_shown(value)}: it would change the sizes in a way it does not model",
         )
-    if r.bool("mlp_bias", False):
-        raise ValueError(f"{r._label('mlp_bias')}: biases on the MLP are not modelled; expected false")
+    for refused in r.row.get("refuse_true", []):
+        if r.bool(refused["key"], False) is True:
+            r.fail(
+                refused["key"],
+                f"{r.label(refused['key'])}: {refused['what']} are not modelled; expected false",
+            )
 
 
-def _sliding_layers(r: _Reader, model_type: str, n_layers: int) -> tuple[int | None, int]:
-    """(window, number of layers that use it), following the rules of each config class."""
-    window = r.int("sliding_window", 0, low=0) or None  # transformers writes 0 for "no window"
-    layer_types = r.cfg.get("layer_types")
+def _attention_layers(r: _Reader, n_layers: int) -> Any:
+    """How many layers attend (the others hold a constant state), by the row's ``layers`` rule."""
+    rule = r.row.get("layers", {"rule": "all"})
+    if rule["rule"] == "all":
+        return n_layers
+    if rule["rule"] == "none":
+        return 0
+    if rule["rule"] == "indices":
+        listed = r.layer_list(rule["indices"], n_layers)
+        return listed if listed is _MISSING else len(set(listed))
+    return _every(r, rule, n_layers)
+
+
+def _every(r: _Reader, rule: dict[str, Any], n_layers: int) -> Any:
+    """Layers i with i % period == offset (the ``period`` rule of layers and of experts)."""
+    period, offset = r.eval(rule["period"]), r.eval(rule["offset"])
+    if period is _MISSING or offset is _MISSING:
+        return _MISSING
+    if offset >= period:
+        key = r.source(rule["offset"])
+        return r.fail(
+            key,
+            f"{r.label(key)}: expected 0 .. {period - 1} (below {r.source(rule['period'])}), got {offset}",
+        )
+    return sum(1 for i in range(n_layers) if i % period == offset)
+
+
+def _window(r: _Reader, n_layers: int, n_attention: int) -> tuple[Any, Any]:
+    """(window, layers that use it) by the row's ``window`` rule and the config's layer_types."""
+    rule = r.row.get("window")
+    if rule is None or not n_attention:
+        return None, 0
+    size = r.eval(rule["size"])
+    window = None if size is _MISSING or not size else size  # transformers writes 0 for "no window"
+    layer_types = r.cfg.get("layer_types") if rule.get("layer_types") else None
     if layer_types is not None:
+        label, kinds = r.label("layer_types"), ("sliding_attention", "full_attention")
+        unknown = [t for t in layer_types if t not in kinds] if isinstance(layer_types, list) else []
+        n_sliding = sum(t == "sliding_attention" for t in layer_types) if isinstance(layer_types, list) else 0
         if not isinstance(layer_types, list) or len(layer_types) != n_layers:
-            raise ValueError(
-                f"{r._label('layer_types')}: expected a list of {n_layers} strings, got {_shown(layer_types)}"
+            problem = f"{label}: expected a list of {n_layers} strings, got {_shown(layer_types)}"
+        elif unknown:  # a list, not a set: an entry may be a list or a dict
+            problem = (
+                f"{label}: expected 'sliding_attention' or 'full_attention' entries, got {_shown(unknown[0])}"
             )
-        unknown = sorted(  # a list, not a set: an entry may be a list or a dict
-            [t for t in layer_types if t not in ("sliding_attention", "full_attention")], key=str
-        )
-        if unknown:
-            raise ValueError(
-                f"{r._label('layer_types')}: expected 'sliding_attention' or 'full_attention' entries, "
-                f"got {_shown(unknown[0])} (not modelled)"
-            )
-        n_sliding = sum(t == "sliding_attention" for t in layer_types)
-        if n_sliding and window is None:
-            raise ValueError(f"{r._label('layer_types')}: sliding layers listed but no sliding_window")
-        return (window, n_sliding) if window and n_sliding else (None, 0)
+            problem += " (not modelled)"
+        elif n_sliding and window is None and size is not _MISSING:
+            problem = f"{label}: sliding layers listed but no sliding_window"
+        else:
+            return (window, n_sliding) if window and n_sliding else (None, 0)
+        return r.fail("layer_types", problem), 0
     if window is None:
         return None, 0
-    if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
-        # only with use_sliding_window, and only from layer max_window_layers on
-        if not r.bool("use_sliding_window", False):
-            return None, 0
-        start = min(r.int("max_window_layers", 28, low=0), n_layers)
-        return (window, n_layers - start) if start < n_layers else (None, 0)
-    if not r.bool("use_sliding_window", True):
+    on = r.eval(rule.get("on", True))
+    if on is _MISSING or not on:
         return None, 0
-    if model_type == "gemma2":  # layers 0, 2, 4, ... slide; the others see everything
-        return window, (n_layers + 1) // 2
-    if model_type == "gemma3_text":  # every pattern-th layer is global
-        pattern = r.int("sliding_window_pattern", 6)
-        return window, n_layers - n_layers // pattern
-    return window, n_layers
+    kind = rule["rule"]
+    if kind == "every_layer":
+        n = n_attention
+    elif kind == "alternate":  # layers 0, 2, 4, ... slide; the others see everything
+        n = (n_layers + 1) // 2
+    elif kind == "pattern":  # every pattern-th layer is global
+        pattern = r.eval(rule["pattern"])
+        n = pattern if pattern is _MISSING else n_layers - n_layers // pattern
+    else:  # from_layer: layers start, start + 1, ... slide
+        start = r.eval(rule["start"])
+        n = start if start is _MISSING else n_layers - min(start, n_layers)
+    return (window, n) if n is not _MISSING and n else (None, 0)
+
+
+def _experts(r: _Reader, n_layers: int) -> dict[str, Any]:
+    """The mixture-of-experts fields of ModelSpec (empty for a dense model), by the row's rule."""
+    rule = r.row.get("experts")
+    if rule is None:
+        return {}
+    n = r.eval(rule["n"])
+    if n is _MISSING or n <= 1:
+        return {}
+    per_token = r.eval(rule["per_token"])
+    kind = rule["rule"]
+    if kind == "every_layer":
+        n_dense = 0
+    elif kind == "period":
+        n_moe = _every(r, rule, n_layers)
+        n_dense = n_moe if n_moe is _MISSING else n_layers - n_moe
+    elif kind == "sparse_step":
+        dense, step = r.layer_list(rule["dense_list"], n_layers), r.eval(rule["step"])
+        if dense is _MISSING or step is _MISSING:
+            return {}
+        n_dense = sum(1 for i in range(n_layers) if i in dense or (i + 1) % step)
+    else:  # first_k_freq
+        first, freq = r.eval(rule["first"]), r.eval(rule["freq"])
+        if first is _MISSING or freq is _MISSING:
+            return {}
+        n_dense = sum(1 for i in range(n_layers) if not (i >= first and i % freq == 0))
+    out = {"n_experts": n, "n_experts_per_token": per_token, "n_dense_layers": n_dense}
+    out["d_ff_expert"] = r.eval(rule.get("width", 0))
+    out["d_ff_shared"] = r.eval(rule.get("shared", 0))
+    if rule.get("shared_gate") and out["d_ff_shared"] is not _MISSING:
+        out["shared_expert_gate"] = out["d_ff_shared"] > 0
+    if per_token is not _MISSING and per_token > n:
+        per_key, n_key = r.source(rule["per_token"]), r.source(rule["n"])
+        r.fail(per_key, f"{r.label(per_key)}: expected <= {n_key}={n}, got {per_token}")
+    return out
+
+
+def _agree(r: _Reader) -> None:
+    """Alias keys (written by transformers beside the key the row reads) must say the same."""
+    for entry in r.row.get("agree", []):
+        key = entry["key"]
+        if _is_off(r.cfg.get(key)):
+            continue
+        value = r.int(key, 0)
+        wanted = [r.eval(expr) for expr in entry["equals"]]
+        if value is _MISSING or _MISSING in wanted or value in wanted:
+            continue
+        r.fail(
+            key,
+            f"{r.label(key)}: expected {' or '.join(map(str, wanted))} (from {entry['from']}), got {value}",
+        )
+
+
+def _nested(config: Mapping[str, Any], r: _Reader) -> tuple[Mapping[str, Any], str]:
+    """(the language model's config, what it is nested in: the wrapper's model_type; "" when the
+    config is not a wrapper)."""
+    model_type = config.get("model_type")
+    wrapper = WRAPPERS.get(model_type) if isinstance(model_type, str) else None
+    if wrapper is None and (config.get("hidden_size") or config.get("n_embd")
+                            or not isinstance(config.get("text_config"), Mapping)):  # fmt: skip
+        return config, ""
+    nested = config.get(wrapper["nested"] if wrapper else "text_config")
+    if not isinstance(nested, Mapping):
+        key = wrapper["nested"] if wrapper else "text_config"
+        raise ConfigError([(key, f"{r.label(key)}: expected the language model's config (an object), "
+                                 f"got {_shown(nested)}")])  # fmt: skip
+    inner_type = nested.get("model_type") or (wrapper or {}).get("model_type")
+    return {**nested, "model_type": inner_type}, model_type if isinstance(model_type, str) else "text_config"
 
 
 def _model_type(r: _Reader, config: Mapping[str, Any]) -> str:
@@ -242,163 +382,56 @@ def _model_type(r: _Reader, config: Mapping[str, Any]) -> str:
     known = ", ".join(MODEL_TYPES)
     if model_type is None:
         where = f" in {r.where}" if r.where else ""
-        raise ValueError(
-            f"config: missing key 'model_type'{where}; expected one of {known} "
-            '(add "model_type": "llama" for a Llama-style model)'
+        hint = '(add "model_type": "llama" for a Llama-style model)'
+        raise ConfigError(
+            [("model_type", f"config: missing key 'model_type'{where}; expected one of {known} {hint}")]
         )
     if not isinstance(model_type, str):
-        raise ValueError(f"{r._label('model_type')}: expected a string, got {_shown(model_type)}")
-    if model_type not in MODEL_TYPES:
-        raise ValueError(
-            f"{r._label('model_type')}: expected one of {known}, got {_shown(model_type)} "
-            "(its cache layout is not known to the calculator, and a guess could be wrong)"
+        raise ConfigError(
+            [("model_type", f"{r.label('model_type')}: expected a string, got {_shown(model_type)}")]
         )
+    if model_type not in FAMILIES:
+        raise ConfigError([("model_type", f"{r.label('model_type')}: expected one of {known}, got "
+                            f"{_shown(model_type)} (its cache layout is not known to the calculator, and a "
+                            "guess could be wrong)")])  # fmt: skip
     return model_type
 
 
-def _gpt2_spec(r: _Reader, name: str, model_type: str) -> ModelSpec:
-    d_model, n_heads, n_layers = r.int("n_embd"), r.int("n_head"), r.int("n_layer")
-    if d_model % n_heads:
-        raise ValueError(f"{r._label('n_embd')}: expected a multiple of n_head={n_heads}, got {d_model}")
-    max_seq_len = r.int("n_ctx") if r.has("n_ctx") and not r.has("n_positions") else r.int("n_positions")
-    n_kv_heads = n_heads
-    if model_type == "gpt_bigcode" and r.bool("multi_query", True):  # GPTBigCodeConfig's default
-        n_kv_heads = 1
-    if r.int("num_key_value_heads", n_kv_heads) != n_kv_heads:
-        raise ValueError(
-            f"{r._label('num_key_value_heads')}: expected {n_kv_heads} (from multi_query), "
-            f"got {r.cfg['num_key_value_heads']!r}"
-        )
-    return ModelSpec(
-        name=name, model_type=model_type, arch="gpt2", n_layers=n_layers, d_model=d_model,
-        n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_model // n_heads,
-        d_ff=r.int("n_inner", 4 * d_model), vocab_size=r.int("vocab_size"), max_seq_len=max_seq_len,
-        tie_word_embeddings=r.bool("tie_word_embeddings", True),
-    )  # fmt: skip
-
-
-def _moe_fields(r: _Reader, model_type: str, n_layers: int) -> dict[str, Any]:
-    """The mixture-of-experts fields of ModelSpec, in each family's naming (empty for a dense model)."""
-    if model_type == "mixtral":
-        n = r.int("num_local_experts", 8)
-        if n == 1:
-            return {}
-        return _routed(
-            r, {"n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok", 2)}, "num_local_experts"
-        )
-    if model_type in QWEN_MOE:
-        alias = r.int("num_local_experts", 0, low=0)  # transformers' name for num_experts
-        n = r.int("num_experts", alias, low=0)
-        if alias and alias != n:
-            raise ValueError(f"{r._label('num_local_experts')}: expected num_experts={n}, got {alias}")
-        if n == 0:
-            return {}
-        dense = set(r.layer_list("mlp_only_layers", n_layers))
-        step = r.int("decoder_sparse_step", 1)
-        n_dense = sum(1 for i in range(n_layers) if i in dense or (i + 1) % step)
-        shared = r.int("shared_expert_intermediate_size", 0, low=0) if model_type == "qwen2_moe" else 0
-        return _routed(r, {
-            "n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok"),
-            "d_ff_expert": r.int("moe_intermediate_size"), "n_dense_layers": n_dense,
-            "d_ff_shared": shared, "shared_expert_gate": shared > 0,
-        }, "num_experts")  # fmt: skip
-    if model_type in DEEPSEEK:
-        n = r.int("n_routed_experts", 0, low=0)
-        if n == 0:
-            return {}
-        first, freq = r.int("first_k_dense_replace", 0, low=0), r.int("moe_layer_freq", 1)
-        n_dense = sum(1 for i in range(n_layers) if not (i >= first and i % freq == 0))
-        d_ff_expert = r.int("moe_intermediate_size")
-        return _routed(r, {
-            "n_experts": n, "n_experts_per_token": r.int("num_experts_per_tok"),
-            "d_ff_expert": d_ff_expert, "n_dense_layers": n_dense,
-            "d_ff_shared": r.int("n_shared_experts", 0, low=0) * d_ff_expert,
-        }, "n_routed_experts")  # fmt: skip
-    return {}
-
-
-def _routed(r: _Reader, fields: dict[str, Any], experts_key: str) -> dict[str, Any]:
-    """``fields``, if a token runs at most as many experts as there are, else a ValueError naming
-    the config's own keys (``num_experts_per_tok`` and ``experts_key``)."""
-    per_token, n = fields["n_experts_per_token"], fields["n_experts"]
-    if per_token > n:
-        raise ValueError(f"{r._label('num_experts_per_tok')}: expected <= {experts_key}={n}, got {per_token}")
-    return fields
-
-
-def _mla_fields(r: _Reader, n_heads: int) -> dict[str, Any]:
-    """DeepSeek's latent attention: d_head is the query/key head (nope + rope)."""
-    rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
-    if r.has("head_dim") and r.int("head_dim") not in (rope, nope + rope):
-        raise ValueError(
-            f"{r._label('head_dim')}: expected qk_rope_head_dim={rope} or qk_nope_head_dim + "
-            f"qk_rope_head_dim={nope + rope}, got {r.cfg['head_dim']!r}"
-        )
-    return {
-        "n_kv_heads": n_heads,  # every head gets its own K and V, expanded from the shared latent
-        "d_head": nope + rope,
-        "kv_lora_rank": r.int("kv_lora_rank"),
-        "q_lora_rank": r.int("q_lora_rank", 0, low=0),
-        "qk_rope_head_dim": rope,
-        "v_head_dim": r.int("v_head_dim"),
-    }
-
-
 def spec_from_dict(config: Mapping[str, Any], name: str = "", where: str = "") -> ModelSpec:
-    """A parsed config.json (a dict) -> ``ModelSpec``; errors name the missing, bad or unmodelled key."""
+    """A parsed config.json (a dict) -> ``ModelSpec``, by its family's rules in
+    ``families.FAMILIES``; a ``ConfigError`` (a ValueError) names every missing, bad or unmodelled key."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected a JSON object (dict), got {type(config).__name__}")
-    if (
-        not config.get("hidden_size")
-        and not config.get("n_embd")
-        and isinstance(config.get("text_config"), Mapping)
-    ):
-        config = config["text_config"]  # multimodal wrappers keep the language model's sizes here
-    r = _Reader(config, where)
+    outer = config
+    config, wrapper = _nested(outer, _Reader(outer, where, {}))
+    r = _Reader(config, where, {})
     model_type = _model_type(r, config)
-    name = name or str(config.get("_name_or_path") or model_type)
+    r.row = FAMILIES[model_type]
+    if wrapper:  # transformers writes a nested config's keys only where they differ from its class
+        r.defaults = r.row.get("class_defaults", {})
+    name = name or str(outer.get("_name_or_path") or config.get("_name_or_path") or wrapper or model_type)
     _check_honoured(r, model_type)
-    if model_type in GPT2_STYLE:
-        return _gpt2_spec(r, name, model_type)
-    d_model, n_heads, n_layers = (
-        r.int("hidden_size"),
-        r.int("num_attention_heads"),
-        r.int("num_hidden_layers"),
-    )
-    fields: dict[str, Any] = {}
-    if model_type in DEEPSEEK and r.cfg.get("kv_lora_rank") is not None:
-        fields = _mla_fields(r, n_heads)
-    else:
-        if model_type in DEEPSEEK:
-            raise ValueError(f"config: missing key 'kv_lora_rank'{f' in {where}' if where else ''}")
-        n_kv_heads = r.int("num_key_value_heads", n_heads)  # absent in older (MHA) Llama configs
-        if n_heads % n_kv_heads:
-            raise ValueError(
-                f"{r._label('num_key_value_heads')}: expected a divisor of "
-                f"num_attention_heads={n_heads}, got {n_kv_heads}"
-            )
-        default_head_dim = _HEAD_DIM_DEFAULT.get(model_type, d_model // n_heads)
-        if not r.has("head_dim") and model_type not in _HEAD_DIM_DEFAULT and d_model % n_heads:
-            raise ValueError(
-                f"{r._label('hidden_size')}: expected a multiple of num_attention_heads={n_heads} "
-                f"(or an explicit head_dim), got {d_model}"
-            )
-        fields = {"n_kv_heads": n_kv_heads, "d_head": r.int("head_dim", default_head_dim)}
-    window, n_sliding = _sliding_layers(r, model_type, n_layers) if model_type not in DEEPSEEK else (None, 0)
-    if model_type == "qwen2":
-        bias = "qkv"  # Qwen2 always has biases on q, k and v (not on o)
-    elif model_type == "qwen2_moe":
-        bias = "qkv" if r.bool("qkv_bias", True) else ""
-    else:
-        bias = "qkvo" if r.bool("attention_bias", False) else ""
-    return ModelSpec(
-        name=name, model_type=model_type, arch="gated", n_layers=n_layers, d_model=d_model,
-        n_heads=n_heads, d_ff=r.int("intermediate_size"), vocab_size=r.int("vocab_size"),
-        max_seq_len=r.int("max_position_embeddings"), sliding_window=window, n_sliding_layers=n_sliding,
-        tie_word_embeddings=r.bool("tie_word_embeddings", _TIED_BY_DEFAULT.get(model_type, False)),
-        attention_bias=bias, norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
-        qk_norm=model_type in _QK_NORM, **fields, **_moe_fields(r, model_type, n_layers),
-    )  # fmt: skip
+    for field in r.row["fields"]:
+        r.field(field)
+    n_layers = r.field("n_layers")
+    spec = {k: v for k, v in r.values.items() if k in _SPEC_FIELDS}
+    if n_layers is not _MISSING:
+        n_attention = _attention_layers(r, n_layers)
+        if n_attention is not _MISSING:
+            spec["n_state_layers"] = n_layers - n_attention
+            if n_attention < n_layers:
+                spec["state_numbers_per_layer"] = r.eval(r.row["state"]["numbers"])
+                spec["state_params_per_layer"] = r.eval(r.row["state"]["params"])
+            spec["sliding_window"], spec["n_sliding_layers"] = _window(r, n_layers, n_attention)
+        spec.update(_experts(r, n_layers))
+    heads, kv = spec.get("n_heads"), spec.get("n_kv_heads")
+    if isinstance(heads, int) and isinstance(kv, int) and kv and heads % kv:
+        key = r.sources.get("n_kv_heads", "num_key_value_heads")
+        r.fail(key, f"{r.label(key)}: expected a divisor of {r.sources.get('n_heads')}={heads}, got {kv}")
+    _agree(r)
+    if r.problems:
+        raise ConfigError(r.problems)
+    return ModelSpec(name=name, model_type=model_type, nested_in=wrapper, **spec)
 
 
 def read_hf_config(path: str | os.PathLike, name: str = "") -> ModelSpec:
@@ -452,21 +485,42 @@ def bundled_models() -> list[str]:
 
 
 def _bundled_paths() -> dict[str, Path]:
-    """Every bundled config by its model name (the file's stem, lower case)."""
-    return {p.stem.lower(): p for p in _configs_dir().glob("*.json") if p.is_file()}
+    """Every bundled config and family example by its model name (the file's stem, lower case)."""
+    folders = (_configs_dir() / "families", _configs_dir())  # a bundled model wins a shared name
+    return {p.stem.lower(): p for folder in folders for p in folder.glob("*.json") if p.is_file()}
 
 
 def bundled_config_path(name: str) -> Path:
-    """The path of a bundled config.json by model name (case-insensitive).
+    """The path of a bundled config.json by model name (case-insensitive): one of
+    ``bundled_models()`` or of ``family_examples()``.
 
-    Only a name the table lists is looked up, never a path: ``'../runs/bench-cpu'`` or
+    Only a name the two folders list is looked up, never a path: ``'../runs/bench-cpu'`` or
     ``'/etc/passwd'`` is refused, whatever lies there."""
     if not isinstance(name, str):
         raise TypeError(f"name: expected a model name, got {type(name).__name__}")
     bundled = _bundled_paths()
     if name.lower() not in bundled:
-        raise ValueError(f"name: no bundled config {name!r}; bundled: {', '.join(sorted(bundled))}")
+        known = ", ".join(sorted(p.stem for p in _configs_dir().glob("*.json")))
+        examples = ", ".join(family_examples())
+        raise ValueError(f"name: no bundled config {name!r}; bundled: {known}; family examples: {examples}")
     return bundled[name.lower()]
+
+
+def family_examples() -> list[str]:
+    """Names of the published configs bundled as one example of each further family the calculator
+    reads (OPT, Falcon, Pythia, Phi-3, StarCoder2, OLMo, Command-R, InternLM2, Gemma-3, LLaVA,
+    Jamba, Bamba, Mamba, ...), by name. They are not in ``bundled_models()``, whose table the book's
+    chapters print."""
+    return sorted(p.stem for p in (_configs_dir() / "families").glob("*.json"))
+
+
+def family_example_path(name: str) -> Path:
+    """The path of one of ``family_examples()`` by name (case-insensitive)."""
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a model name, got {type(name).__name__}")
+    if name.lower() not in family_examples():
+        raise ValueError(f"name: no family example {name!r}; family examples: {', '.join(family_examples())}")
+    return _configs_dir() / "families" / f"{name.lower()}.json"
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -475,7 +529,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def _hub_id_message(hub_id: str) -> str:
     same = [
         p.stem
-        for p in sorted(_configs_dir().glob("*.json"))
+        for p in sorted([*_configs_dir().glob("*.json"), *(_configs_dir() / "families").glob("*.json")])
         if str(json.loads(p.read_text()).get("_name_or_path", "")).lower() == hub_id.lower()
     ]
     hint = f" The bundled {same[0]!r} is that model's published config." if same else ""
@@ -491,7 +545,8 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     """A bundled model name (``'mistral-7b'``) or a path to a config.json -> ``ModelSpec``.
 
     A Hub id (``'meta-llama/Llama-3.1-8B'``) that is not a local path is refused with a message
-    saying where to get its config.json: nothing is downloaded.
+    saying where to get its config.json: nothing is downloaded. A family example (``'opt-13b'``)
+    is read like a bundled model.
     """
     if isinstance(name_or_path, str) and not os.path.exists(name_or_path):
         if name_or_path.lower() in _bundled_paths():

@@ -15,7 +15,7 @@ from ..caches.quant import DEFAULT_GROUP_SIZE
 from ..validate import MAX_COUNT, check_at_most, check_int, dtype_info
 from .config import GPT2Config
 
-__all__ = ["ModelSpec", "KVQuant", "KEY_SCALES"]
+__all__ = ["ModelSpec", "KVQuant", "KEY_SCALES", "ARCH_PRESETS"]
 
 #: int8/int4 keys: one scale per KV head and token, or per KV head and channel over a token group
 KEY_SCALES = ("per_token", "per_channel")
@@ -101,14 +101,42 @@ class KVQuant:
         return [Fraction(payload), Fraction(scales), Fraction(residual)]
 
 
+#: what each ``arch`` leaves out of a ``ModelSpec``: norm numbers per channel (2: LayerNorm with
+#: biases, 1: RMSNorm), a gated MLP, MLP biases, attention biases, learned position rows
+ARCH_PRESETS = {
+    arch: dict(
+        zip(("norm_params", "mlp_gated", "mlp_bias", "attention_bias", "positions"), preset, strict=True)
+    )
+    for arch, preset in {
+        "gpt2": (2, False, True, "qkvo", True),
+        "gated": (1, True, False, "", False),
+        "plain": (2, False, True, "qkvo", False),
+        "ssm": (1, False, False, "", False),
+    }.items()
+}
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """The sizes of a real model that decide its KV-cache and weight memory.
 
-    ``arch`` is ``"gpt2"`` (LayerNorm with biases, learned positions, GELU MLP with biases) or
-    ``"gated"`` (RMSNorm, rotary positions, gated MLP without biases). ``sliding_window`` is the
-    number of most recent tokens that ``n_sliding_layers`` of the layers attend to (and so need to
-    keep); the other layers attend to, and keep, the whole context.
+    ``arch`` presets the weights' layout: ``"gpt2"`` (LayerNorm with biases, learned positions, an
+    MLP with biases), ``"gated"`` (RMSNorm, rotary positions, a gated MLP without biases),
+    ``"plain"`` (LayerNorm, rotary or no positions, an MLP with biases: Falcon, GPT-NeoX) or
+    ``"ssm"`` (state-space layers only, no MLP: Mamba). A family that differs says so in the fields
+    left at None: ``norm_params`` (numbers per channel of one norm: 2, 1, or 0 for a norm without
+    weights), ``mlp_gated``, ``mlp_bias``, ``attention_bias`` ("" none, "qkv", "qkvo") and
+    ``position_rows`` (learned position embeddings); ``d_embed`` is an embedding narrower than the
+    model with projections in and out (OPT-350M; 0: d_model), ``final_norm`` the norm before the
+    head, ``qk_norm`` a norm on queries and keys, of d_head per head or (``qk_norm_width``) of
+    their whole width.
+
+    ``sliding_window`` is the number of most recent tokens that ``n_sliding_layers`` of the
+    attention layers attend to (and so need to keep); the other layers attend to, and keep, the
+    whole context. A hybrid (Jamba) has ``n_state_layers`` state-space layers instead of attention,
+    each keeping ``state_numbers_per_layer`` numbers per sequence whatever its length (and holding
+    ``state_params_per_layer`` weights); a state-space model (Mamba) has only those, no KV cache,
+    and 0 heads. ``max_seq_len`` 0 means the config states no context length.
 
     Mixture of experts: ``n_experts`` routed experts of width ``d_ff_expert`` in every MoE layer,
     ``n_experts_per_token`` of them run for each token, plus shared experts of total width
@@ -119,7 +147,8 @@ class ModelSpec:
     layer, one latent vector of ``kv_lora_rank`` numbers and one rotary key of ``qk_rope_head_dim``
     numbers shared by every head; ``n_heads`` keys of ``d_head`` (= nope + rope) and values of
     ``v_head_dim`` are re-expanded from the latent. ``q_lora_rank`` is the query's bottleneck
-    (0: a direct query projection).
+    (0: a direct query projection). ``nested_in`` names the multimodal wrapper whose language
+    model this is (its other towers are not counted).
     """
 
     name: str
@@ -136,7 +165,7 @@ class ModelSpec:
     sliding_window: int | None = None
     n_sliding_layers: int = 0
     tie_word_embeddings: bool = False
-    attention_bias: str = ""  # "" none, "qkv" (Qwen2), "qkvo" (Llama's attention_bias=true)
+    attention_bias: str | None = None  # "" none, "qkv" (Qwen2), "qkvo" (Llama's attention_bias=true)
     n_experts: int = 1
     norms_per_layer: int = 2
     n_experts_per_token: int = 1
@@ -149,20 +178,50 @@ class ModelSpec:
     q_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0  # 0: d_head
+    norm_params: int | None = None
+    mlp_gated: bool | None = None
+    mlp_bias: bool | None = None
+    position_rows: int | None = None
+    d_embed: int = 0  # 0: d_model
+    final_norm: bool = True
+    qk_norm_width: bool = False
+    n_state_layers: int = 0
+    state_numbers_per_layer: int = 0
+    state_params_per_layer: int = 0
+    nested_in: str = ""
 
     def __post_init__(self) -> None:
-        positive = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size")
-        positive += ("max_seq_len", "n_experts", "n_experts_per_token")
+        if self.arch not in ARCH_PRESETS:
+            raise ValueError(
+                f"arch: expected one of {', '.join(repr(a) for a in ARCH_PRESETS)}, got {self.arch!r}"
+            )
+        ssm = self.arch == "ssm"
+        n_state = check_int("n_state_layers", self.n_state_layers, 0)
+        attends = n_state < check_int("n_layers", self.n_layers, 1)
+        lows = {"n_layers": 1, "d_model": 1, "vocab_size": 1, "n_experts": 1, "n_experts_per_token": 1,
+                "n_heads": int(attends), "n_kv_heads": int(attends), "d_head": int(attends),
+                "d_ff": 0 if ssm else 1, "max_seq_len": 0 if ssm else 1}  # fmt: skip
         counts = ("d_ff_expert", "n_dense_layers", "d_ff_shared", "kv_lora_rank", "q_lora_rank")
-        counts += ("qk_rope_head_dim", "v_head_dim")
-        for key, low in [(key, 1) for key in positive] + [(key, 0) for key in counts]:
+        counts += ("qk_rope_head_dim", "v_head_dim", "d_embed", "n_state_layers", "state_numbers_per_layer")
+        counts += ("state_params_per_layer",)
+        for key, low in [*lows.items(), *((key, 0) for key in counts)]:
             # a numpy int is accepted and stored as a plain int; past MAX_COUNT, byte counts overflow floats
             object.__setattr__(
                 self, key, check_at_most(key, check_int(key, getattr(self, key), low), MAX_COUNT)
             )
-        if self.arch not in ("gpt2", "gated"):
-            raise ValueError(f"arch: expected 'gpt2' or 'gated', got {self.arch!r}")
-        if self.n_heads % self.n_kv_heads:
+        preset = ARCH_PRESETS[self.arch]
+        for key in ("norm_params", "mlp_gated", "mlp_bias", "attention_bias"):
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, preset[key])
+        if self.position_rows is None:
+            object.__setattr__(self, "position_rows", self.max_seq_len if preset["positions"] else 0)
+        object.__setattr__(self, "position_rows", check_int("position_rows", self.position_rows, 0))
+        check_int("norm_params", self.norm_params, 0, 2)
+        if self.n_state_layers > self.n_layers:
+            raise ValueError(f"n_state_layers: expected 0 .. {self.n_layers}, got {self.n_state_layers}")
+        if self.n_state_layers and not self.state_numbers_per_layer:
+            raise ValueError("state_numbers_per_layer: expected at least 1 with state-space layers")
+        if self.n_heads and not self.n_kv_heads or self.n_kv_heads and self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_kv_heads: expected a divisor of n_heads={self.n_heads}, got {self.n_kv_heads}"
             )
@@ -171,8 +230,10 @@ class ModelSpec:
                 "sliding_window", check_int("sliding_window", self.sliding_window, 1), MAX_COUNT
             )
             object.__setattr__(self, "sliding_window", window)
-        if not 0 <= self.n_sliding_layers <= self.n_layers:
-            raise ValueError(f"n_sliding_layers: expected 0 .. {self.n_layers}, got {self.n_sliding_layers}")
+        if not 0 <= self.n_sliding_layers <= self.n_attention_layers:
+            raise ValueError(
+                f"n_sliding_layers: expected 0 .. {self.n_attention_layers}, got {self.n_sliding_layers}"
+            )
         if self.n_sliding_layers and self.sliding_window is None:
             raise ValueError("n_sliding_layers: expected 0 when sliding_window is None")
         if self.attention_bias not in ("", "qkv", "qkvo"):
@@ -201,12 +262,15 @@ class ModelSpec:
     # ------------------------------------------------------------ derived sizes
     @property
     def group_size(self) -> int:
-        """Query heads that share one KV head: 1 is multi-head, n_heads is multi-query attention."""
-        return self.n_heads // self.n_kv_heads
+        """Query heads that share one KV head: 1 is multi-head, n_heads is multi-query attention
+        (0 without attention)."""
+        return self.n_heads // self.n_kv_heads if self.n_kv_heads else 0
 
     @property
     def attention_kind(self) -> str:
-        """'MHA', 'GQA', 'MQA' or 'MLA' (multi-head latent attention)."""
+        """'MHA', 'GQA', 'MQA', 'MLA' (multi-head latent attention) or 'none' (a state-space model)."""
+        if not self.n_attention_layers:
+            return "none"
         if self.kv_lora_rank:
             return "MLA"
         if self.n_kv_heads == self.n_heads:
@@ -236,9 +300,19 @@ class ModelSpec:
         return self.n_kv_heads * (self.d_head + self.d_value)
 
     @property
+    def n_attention_layers(self) -> int:
+        """Layers that attend, and so keep K and V (all but a hybrid's state-space layers)."""
+        return self.n_layers - self.n_state_layers
+
+    @property
     def n_full_layers(self) -> int:
-        """Layers that attend to (and cache) the whole context."""
-        return self.n_layers - self.n_sliding_layers
+        """Attention layers that attend to (and cache) the whole context."""
+        return self.n_attention_layers - self.n_sliding_layers
+
+    @property
+    def state_numbers(self) -> int:
+        """Numbers of constant state one sequence keeps in all state-space layers, whatever its length."""
+        return self.n_state_layers * self.state_numbers_per_layer
 
     def cached_tokens(self, seq_len: int) -> int:
         """Token rows kept over all layers for a sequence of seq_len tokens (window-aware)."""
@@ -251,7 +325,7 @@ class ModelSpec:
         return replace(self, sliding_window=None, n_sliding_layers=0)
 
     def layer_tokens(self, seq_len: int, window: int | None = None, sinks: int = 0) -> list[tuple[int, int]]:
-        """(layers, tokens each keeps) for a sequence of seq_len tokens, one pair per kind of layer.
+        """(attention layers, tokens each keeps) for a sequence of seq_len tokens, one pair per kind.
 
         Without ``window`` this is the model's own rule (``cached_tokens`` is the sum). A given
         ``window`` imposes a what-if on every layer: keep ``window`` tokens, the first ``sinks`` of
@@ -301,28 +375,26 @@ class ModelSpec:
     @property
     def n_params(self) -> int:
         """Weight count from the sizes (exact for the bundled models, tied matrices counted once)."""
-        d, f, v = self.d_model, self.d_ff, self.vocab_size
-        head = 0 if self.tie_word_embeddings else v * d
-        if self.arch == "gpt2":
-            q_width, kv = self.n_heads * self.d_head, self.kv_width
-            per_layer = (
-                2 * d  # ln_1
-                + d * (q_width + 2 * kv) + (q_width + 2 * kv)  # W_Q, W_K, W_V and biases
-                + q_width * d + d  # W_O
-                + 2 * d  # ln_2
-                + d * f + f + f * d + d  # c_fc, c_proj
-            )  # fmt: skip
-            return v * d + self.max_seq_len * d + self.n_layers * per_layer + 2 * d + head
-        norms = self.norms_per_layer * d + (2 * self.d_head if self.qk_norm else 0)
-        per_layer = self._attention_params() + norms
-        dense_mlp = 3 * d * f
+        d, f, v, e = self.d_model, self.d_ff, self.vocab_size, self.d_embed or self.d_model
+        embed = v * e + self.position_rows * d + (2 * d * e if e != d else 0)  # tokens, positions, in/out
+        head = 0 if self.tie_word_embeddings else v * e
+        qk_norm = (self.n_heads + self.n_kv_heads) * self.d_head if self.qk_norm_width else 2 * self.d_head
+        norms = self.norms_per_layer * self.norm_params * d + (qk_norm if self.qk_norm else 0)
+        dense_mlp = (3 if self.mlp_gated else 2) * d * f
+        if self.mlp_bias:
+            dense_mlp += (2 * f if self.mlp_gated else f) + d
         moe_mlp = (
             self.n_experts * self.expert_params + d * self.n_experts  # experts, router
             + 3 * d * self.d_ff_shared + (d if self.shared_expert_gate else 0)
         )  # fmt: skip
         n_moe = self.n_moe_layers
         mlps = (self.n_layers - n_moe) * dense_mlp + n_moe * moe_mlp
-        return v * d + self.n_layers * per_layer + mlps + d + head
+        mixers = (
+            self.n_attention_layers * self._attention_params()
+            + self.n_state_layers * self.state_params_per_layer
+        )
+        final = self.norm_params * d if self.final_norm else 0
+        return embed + mixers + self.n_layers * norms + mlps + final + head
 
     @property
     def n_active_params(self) -> int:
@@ -337,6 +409,10 @@ class ModelSpec:
         model built from it is GPT-2-style: its cache has the same shape per token, its weights
         do not (use ``n_params`` for those). Needs ``n_heads * d_head == d_model``.
         """
+        if self.n_state_layers:
+            raise ValueError(
+                f"spec: GPT2Config has no state-space layers ({self.n_state_layers} in {self.name})"
+            )
         if self.kv_lora_rank:
             raise ValueError(
                 f"spec: GPT2Config has no latent attention (kv_lora_rank={self.kv_lora_rank}) for {self.name}"
