@@ -271,10 +271,7 @@ from kvtutor.book import printed  # noqa: E402
 #: of theirs that the tables (kvtutor/book/printed_zh*.py) do not hold stays in English on the
 #: Chinese page until its Chinese is added; `python -m kvtutor.book.printed check book/X.ipynb`
 #: lists them.
-PRINTED_TO_DO = {
-    "rooflines", "rooflines_batch", "paged", "gpu_decode", "serving_at_scale", "continuous_batching",
-    "kv_memory",
-}  # fmt: skip
+PRINTED_TO_DO = {"kv_memory"}
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "book").glob("*.ipynb"))
 
 
@@ -372,6 +369,23 @@ def test_a_column_shares_its_right_edge_only_with_a_number_or_a_column_under_it(
     line, below = "float residual        0 bytes", "int8 cache       53,504 bytes (its own nbytes: 53,504)"
     zh = printed.chinese_line(line, below)[0]
     assert zh.startswith("浮点残差") and _column(zh, "0 ") == line.index("0 "), zh
+
+
+def test_numbers_aligned_on_the_right_after_labels_stay_so():
+    for english in (
+        "GPU busy per step:                 1.94 ms\n241 launches x 25.0 µs:             6.0 ms",
+        "block   1:   0.0% unused\nblock  64:  11.0% unused",
+    ):
+        lines = printed.chinese_output(english)[0].split("\n")
+        assert not any(line in english for line in lines), lines
+        ends = {printed.display_width(line[: re.search(r"[\d.]+(?= ?ms|%)", line).end()]) for line in lines}
+        assert len(ends) == 1, lines
+
+
+def test_a_text_the_tables_hold_is_translated_even_where_it_reads_as_a_name():
+    line = "matrix-product GFLOPs          86.973       86.973         0.170"
+    zh = printed.chinese_line(line, line)[0]
+    assert zh.startswith("矩阵乘法 GFLOPs") and zh.endswith(line[-40:]), zh
 
 
 def test_two_tables_that_give_one_text_two_chineses_are_refused():
