@@ -267,14 +267,11 @@ def test_the_search_language_indexes_lone_characters_and_keeps_them_unstemmed():
 
 from kvtutor.book import printed  # noqa: E402
 
-#: Chapters whose printed outputs other work is changing now (issue #44: the walkthrough pages,
-#: the rooflines split, the paged and GPU pages, the calculator): a line of theirs that the tables
-#: (kvtutor/book/printed_zh.py) do not hold stays in English on the Chinese page until its Chinese
-#: is added; `python -m kvtutor.book.printed check book/X.ipynb` lists them.
-PRINTED_TO_DO = {
-    "decode", "prefill", "side_by_side", "layers", "rooflines", "paged", "gpu_decode",
-    "serving_at_scale", "kv_memory",
-}  # fmt: skip
+#: Chapters whose printed outputs other work is changing now (issue #44: the calculator): a line
+#: of theirs that the tables (kvtutor/book/printed_zh*.py) do not hold stays in English on the
+#: Chinese page until its Chinese is added; `python -m kvtutor.book.printed check book/X.ipynb`
+#: lists them.
+PRINTED_TO_DO = {"kv_memory"}
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "book").glob("*.ipynb"))
 
 
@@ -337,6 +334,66 @@ def test_a_field_of_a_printed_pattern_stays_in_one_column():
     # "median of {n}" must not swallow the rest of a heading line
     out, left = printed.chinese_line("median of 3    long request:  a step with its")
     assert out.startswith("3 轮的") and "长请求" in out and not left
+
+
+def _column(line: str, text: str) -> int:
+    """The display column where ``text`` starts in ``line``."""
+    return printed.display_width(line[: line.index(text)])
+
+
+def test_a_wrapped_value_stays_under_its_lone_label_s_value():
+    english = "head 0: q [ 2.151  2.586]\n        k [-0.494 -0.185]\n        v [-0.230 -0.235]"
+    lines = printed.chinese_output(english)[0].split("\n")
+    assert lines[0].startswith("头 0") and {_column(line, "[") for line in lines} == {_column(lines[0], "[")}
+    # a line indented elsewhere is no wrapped value: left as it is
+    other = "pass over 5 rows: v = 1.20 decode steps\n                            k  E/(kc+1)"
+    assert printed.chinese_output(other)[0].split("\n")[1] == other.split("\n")[1]
+
+
+def test_a_note_in_the_last_column_and_an_indented_first_column_keep_their_left_edge():
+    english = [
+        "prefill 'The cat sat' -> 'on'   len(cache) 3, scores [H, T, S] = [2, 3, 3]",
+        "decode  'on'          -> 'the'  len(cache) 4, scores [H, T, S] = [2, 1, 4]",
+        "decode  'mat'         -> '.'    len(cache) 6, scores [H, T, S] = [2, 1, 6]",
+    ]
+    lines = printed.chinese_output("\n".join(english))[0].split("\n")
+    assert len({_column(line, "len(cache)") for line in lines}) == 1, lines
+    assert printed.chinese_line("  cached keys  7", "  cached keys  8")[0].startswith("  缓存")
+    # a column over numbers keeps its right edge, as before
+    head, row = printed.chinese_output("   keys  plain\n   1024   0.44")[0].split("\n")
+    assert printed.display_width(head[: head.index("键") + 1]) == len("   1024"), head
+
+
+def test_a_column_shares_its_right_edge_only_with_a_number_or_a_column_under_it():
+    # "0 bytes" ends where "53,504 bytes" does, by chance: its number stays under the others
+    line, below = "float residual        0 bytes", "int8 cache       53,504 bytes (its own nbytes: 53,504)"
+    zh = printed.chinese_line(line, below)[0]
+    assert zh.startswith("浮点残差") and _column(zh, "0 ") == line.index("0 "), zh
+
+
+def test_numbers_aligned_on_the_right_after_labels_stay_so():
+    for english in (
+        "GPU busy per step:                 1.94 ms\n241 launches x 25.0 µs:             6.0 ms",
+        "block   1:   0.0% unused\nblock  64:  11.0% unused",
+    ):
+        lines = printed.chinese_output(english)[0].split("\n")
+        assert not any(line in english for line in lines), lines
+        ends = {printed.display_width(line[: re.search(r"[\d.]+(?= ?ms|%)", line).end()]) for line in lines}
+        assert len(ends) == 1, lines
+
+
+def test_a_text_the_tables_hold_is_translated_even_where_it_reads_as_a_name():
+    line = "matrix-product GFLOPs          86.973       86.973         0.170"
+    zh = printed.chinese_line(line, line)[0]
+    assert zh.startswith("矩阵乘法 GFLOPs") and zh.endswith(line[-40:]), zh
+
+
+def test_two_tables_that_give_one_text_two_chineses_are_refused():
+    from kvtutor.book import printed_zh
+
+    assert printed_zh._merged({"a": "甲"}, {"a": "甲", "b": "乙"}) == {"a": "甲", "b": "乙"}
+    with pytest.raises(ValueError, match="'a'"):
+        printed_zh._merged({"a": "甲"}, {"a": "乙"})
 
 
 def test_printed_html_draws_chinese_two_columns_wide():

@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 _COLUMNS = re.compile(r"( {2,})")
+_NUMBER = re.compile(r"[-+]?[\d.,]+[%x]?")  # a number of a table's column
 # a word: letters first, then letters, digits and the marks that join a word ("model's", "K/V")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'’/\-]*(?:(?:\.|::)[A-Za-z0-9_/\-]+)*")
 _CJK_RUN = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]+")
@@ -140,10 +141,12 @@ def _words(chunk: str, left: list[str]) -> str:
 
 
 def _chunk(chunk: str, left: list[str]) -> str:
-    if not needs_translation(chunk):
-        return chunk
+    """A column in Chinese: whole (the tables may hold a text that needs no translation, such as
+    "matrix-product GFLOPs", which reads as a name), else phrase by phrase."""
     whole = _whole(chunk)
-    return whole if whole is not None else _phrases(chunk, left)
+    if whole is not None:
+        return whole
+    return _phrases(chunk, left) if needs_translation(chunk) else chunk
 
 
 def chinese_line(line: str, below: str = "") -> tuple[str, list[str]]:
@@ -151,13 +154,15 @@ def chinese_line(line: str, below: str = "") -> tuple[str, list[str]]:
     column aligned on its left from one aligned on its right), and the words the tables lack; a
     line with such a word is given back as it is."""
     left: list[str] = []
-    if not needs_translation(line) or line.strip() in VERBATIM or _VERBATIM_LINE.match(line):
+    if not line.strip() or line.strip() in VERBATIM or _VERBATIM_LINE.match(line):
         return line, left
     indent = line[: len(line) - len(line.lstrip(" "))]
     whole = _whole(line.strip())
     if whole is not None:
         return indent + whole, left
     pieces = _COLUMNS.split(line)  # [text, spaces, text, spaces, ..., text]
+    if not needs_translation(line) and all(_whole(p) is None for p in pieces[::2] if p):
+        return line, left
     out = list(pieces)
     for i in range(0, len(pieces), 2):
         if not pieces[i]:
@@ -168,14 +173,25 @@ def chinese_line(line: str, below: str = "") -> tuple[str, list[str]]:
         # the first column keeps its left edge (the spaces after it change); a later one keeps
         # the edge it shares with the line below (a column of numbers its right edge, the spaces
         # before it change), else a middle column its right edge and the last its left edge (a
-        # note); never fewer than one space
+        # note; the last column, or the first after an indentation, that shares both edges
+        # with the line below keeps its left one unless numbers are under it; a column shares
+        # its right edge only with a number or a column that starts under it); never fewer
+        # than one space
         start = len("".join(pieces[:i]))
         end = start + len(pieces[i])
         padded = below.ljust(end + 1)
         left_edge = padded[start] != " " and padded[start - 1] == " "
         right_edge = padded[end - 1] != " " and padded[end] == " "
-        last = i == len(pieces) - 1
-        keep_left = left_edge and not right_edge or (last and not right_edge)
+        under = padded[start:end].split()
+        numbers = bool(under) and all(_NUMBER.fullmatch(word) for word in under)
+        run = padded.rfind("  ", 0, end - 1)  # the spaces before the column that ends there
+        run_start = run + 2 if run >= 0 else len(below) - len(below.lstrip(" "))
+        word = padded[padded.rfind(" ", 0, end - 1) + 1 : end]
+        right_edge = right_edge and (run_start >= start or bool(_NUMBER.fullmatch(word)))
+        if i == len(pieces) - 1 or i == 2 and not pieces[0]:
+            keep_left = not right_edge or left_edge and not numbers
+        else:
+            keep_left = left_edge and not right_edge
         side = i - 1 if i > 0 and not keep_left else i + 1
         if delta and 0 <= side < len(out) and out[side]:
             out[side] = " " * max(1, len(out[side]) + delta)
@@ -195,11 +211,24 @@ def _punctuated(line: str) -> str:
 _LABEL = re.compile(r"( *)([^\s:：](?:[^:：]*?[^\s:：])?)( *)([:：])( *)(?=\S)")
 
 
+def _right_aligned(english: list[str], labels: list[re.Match[str] | None], j: int) -> bool:
+    """Line ``j`` and the one above are labelled, their values end in one column and start at
+    most a column apart ("1.94 ms", "6.0 ms")."""
+    above, this = labels[j - 1], labels[j]
+    return (
+        above is not None
+        and this is not None
+        and abs(above.end() - this.end()) <= 1
+        and len(english[j - 1].rstrip()) == len(english[j].rstrip())
+    )
+
+
 def _aligned(english: list[str], chinese: list[str]) -> list[str]:
-    """Labelled lines that English aligns (one column for their colons, and spaces that show it
-    was done on purpose: labels indented to the right, padded before the colon, or values padded
-    after it) are aligned in Chinese too, by padding at the same place; an unlabelled line
-    indented to the values' column (a value that wraps) follows them."""
+    """Labelled lines that English aligns (one column for their colons or their values, and
+    spaces that show it was done on purpose: labels indented to the right, padded before the
+    colon, or values padded after it) are aligned in Chinese too, by padding at the same place;
+    an unlabelled line indented to the values' column (a value that wraps, also under a lone
+    label) follows them."""
     out = list(chinese)
     labels = [_LABEL.match(line) for line in english]
     i = 0
@@ -213,6 +242,7 @@ def _aligned(english: list[str], chinese: list[str]) -> list[str]:
         while j < len(english) and (
             (labels[j] is not None and colon == labels[j].end(3))  # type: ignore[union-attr]
             or (labels[j] is not None and value == labels[j].end())  # type: ignore[union-attr]
+            or _right_aligned(english, labels, j)
             or (labels[j] is None and english[j].strip() and english[j].startswith(" " * value))
         ):
             j += 1
@@ -222,23 +252,40 @@ def _aligned(english: list[str], chinese: list[str]) -> list[str]:
             (len(labels[k].group(1)) > 0, len(labels[k].group(3)) > 0, len(labels[k].group(5)) > 1)
             for k in group
         ]  # type: ignore[union-attr]
-        changed = any(chinese[k] != english[k] for k in range(i, j))
-        if changed and len(group) >= 2 and all(zh.values()) and any(any(h) for h in how):
-            right, before, _ = (any(h[n] for h in how) for n in range(3))
+        # (a group whose values the columns of ``chinese_line`` left where English has them is
+        # aligned already)
+        changed = any(chinese[k] != english[k] for k in range(i, j)) and any(
+            display_width(chinese[k][: zh[k].end()]) != labels[k].end()  # type: ignore[union-attr]
+            for k in group
+            if zh[k] is not None
+        )
+        # a lone label, with the lines its value wraps to starting right under the value
+        wraps = all(len(english[k]) - len(english[k].lstrip(" ")) == value for k in range(i + 1, j))
+        aligned = len(group) >= 2 and any(any(h) for h in how) or len(group) == 1 and j > i + 1 and wraps
+        if changed and aligned and all(zh.values()):
+            # labels aligned on the right: their colons in one column, their indents differ; the
+            # colons in one column too when the values are not (numbers aligned on the right)
+            one_colon = len({labels[k].end(3) for k in group}) == 1  # type: ignore[union-attr]
+            right = one_colon and len({labels[k].start(2) for k in group}) > 1  # type: ignore[union-attr]
+            before = any(h[1] for h in how)
+            colons = right or before or one_colon and len({labels[k].end() for k in group}) > 1  # type: ignore[union-attr]
             heads = {k: zh[k].group(2) for k in group}  # type: ignore[union-attr]
-            width = max(display_width(h) for h in heads.values())
+            indent = min(len(zh[k].group(1)) for k in group)  # type: ignore[union-attr]
+            starts = {k: 0 if right else display_width(zh[k].group(1)) for k in group}  # type: ignore[union-attr]
+            width = max(starts[k] + display_width(heads[k]) for k in group)
             for k in group:
                 z = zh[k]
-                pad = " " * (width - display_width(heads[k]))
+                pad = " " * (width - starts[k] - display_width(heads[k]))
                 after_colon = chinese[k][z.end(4) :]  # type: ignore[union-attr]
-                if right or before:  # the colons in one column, the values as they were after them
+                if colons:  # the colons in one column, the values as they were after them
                     colon_text = " :" if before else z.group(4)  # type: ignore[union-attr]
                     if colon_text != "：" and not after_colon.startswith(" "):
                         after_colon = " " + after_colon
-                    out[k] = (pad + heads[k] if right else heads[k] + pad) + colon_text + after_colon
+                    head = " " * indent + pad + heads[k] if right else z.group(1) + heads[k] + pad  # type: ignore[union-attr]
+                    out[k] = head + colon_text + after_colon
                 else:  # the values in one column
                     colon_text = z.group(4) + (" " if z.group(4) == ":" else "")  # type: ignore[union-attr]
-                    out[k] = heads[k] + colon_text + pad + chinese[k][z.end() :]  # type: ignore[union-attr]
+                    out[k] = z.group(1) + heads[k] + colon_text + pad + chinese[k][z.end() :]  # type: ignore[union-attr]
             column = display_width(out[group[0]]) - display_width(chinese[group[0]][zh[group[0]].end() :])  # type: ignore[union-attr]
             for k in range(i, j):
                 if k not in zh:

@@ -7,9 +7,11 @@ words) is looked up too."""
 
 from __future__ import annotations
 
+from . import printed_zh_serving, printed_zh_walkthrough
+
 __all__ = ["PRINTED", "PRINTED_LINES", "VERBATIM"]
 
-PRINTED: dict[str, str] = {
+_PRINTED: dict[str, str] = {
     # ---- words every chapter prints
     "recorded on": "记录于",
     "recorded": "记录于",
@@ -207,7 +209,7 @@ PRINTED: dict[str, str] = {
     "bf16 cache": "bf16 缓存",
 }
 
-PRINTED_LINES: dict[str, str] = {
+_PRINTED_LINES: dict[str, str] = {
     # ---- cache versus recompute
     "{n} operations:": "{n} 个操作：",
     "cache length {n_}: the step attends over {m_} slots": "缓存长度 {n_}：这一步在 {m_} 个槽上做注意力",
@@ -547,6 +549,25 @@ PRINTED_LINES: dict[str, str] = {
     "{n} bytes: int8 is {x} of it": "{n} 字节：int8 是它的 {x}",
     "W = {w}, {k} sinks": "W = {w}，{k} 个汇聚点",
 }
+
+
+def _merged(*tables: dict[str, str]) -> dict[str, str]:
+    """The tables as one; an English text that two of them give different Chinese is an error."""
+    out: dict[str, str] = {}
+    for table in tables:
+        clash = sorted(en for en in table if en in out and out[en] != table[en])
+        if clash:
+            raise ValueError(f"printed tables: {clash} each have two different Chinese texts")
+        out.update(table)
+    return out
+
+
+#: The tables of this module and of the subjects' modules (``printed_zh_walkthrough``, the
+#: walkthrough's chapters; ``printed_zh_serving``, the GPU, paged and serving chapters).
+PRINTED = _merged(_PRINTED, printed_zh_walkthrough.PRINTED, printed_zh_serving.PRINTED)
+PRINTED_LINES = _merged(
+    _PRINTED_LINES, printed_zh_walkthrough.PRINTED_LINES, printed_zh_serving.PRINTED_LINES
+)
 
 #: Lines printed as they are in both editions: the wrapped lines of the package's own error
 #: messages, which a reader's run prints in English (their first line starts with the argument's
