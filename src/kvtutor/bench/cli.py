@@ -210,7 +210,8 @@ def run(
     every section: a run cut short by a time limit still leaves what it measured.
 
     sections: any of ``rooflines``, ``bandwidth``, ``generate``, ``prefill_goal``, ``concat``,
-    ``recompute``, ``engine`` (default all; ``engine``, the GPU goals of the fast path, only on CUDA).
+    ``recompute``, ``engine``, or ``["all"]`` (default all; ``engine``, the GPU goals of the fast
+    path, only on CUDA).
     """
     device = default_device() if device is None else str(device)
     on_gpu = device.startswith("cuda")
@@ -220,6 +221,8 @@ def run(
         raise ValueError(f"dtype: expected one of {list(BENCH_DTYPES)}, got {dtype!r}")
     if sections is None:
         sections = RUN_SECTIONS if on_gpu else RUN_SECTIONS[:-1]
+    elif list(sections) == ["all"]:
+        sections = RUN_SECTIONS
     sections = tuple(sections)
     for s in sections:
         if s not in SECTIONS:
@@ -369,7 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", choices=["tiny", "quick", "full"], default=None, help="overrides --quick")
     parser.add_argument("--dtype", choices=list(BENCH_DTYPES), default=None,
                         help="default: bfloat16 on CUDA, float32 on a CPU")  # fmt: skip
-    parser.add_argument("--sections", default=None, help="comma-separated subset of the sections")
+    parser.add_argument(
+        "--sections", default=None, help="comma-separated sections, or all (engine on a CPU too)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads on a CPU (default: torch's)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--plots", default=None, help="write PNG figures into this directory")
