@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+from kvtutor.measure import timing  # noqa: E402
 from kvtutor.models import torch_weights  # noqa: E402
 from kvtutor.models.weight_schema import check_logits  # noqa: E402
 
@@ -217,3 +218,15 @@ def test_the_finite_check_reads_the_logits_once_and_still_finds_every_bad_number
     with pytest.raises(ValueError, match="got 2 NaN or inf"):
         check_logits(both)
     assert check_logits(broken, rows=[0, 1]) is broken  # only the rows that count
+
+
+def test_native_bf16_needs_the_flags_and_the_kernels(monkeypatch):
+    for flags, capability, want in (
+        (["avx512f", "amx_bf16"], "AVX512", True),
+        (["avx512f", "avx512_bf16"], "AVX512", True),
+        (["avx512f", "avx2"], "AVX512", False),  # no bf16 units
+        (["avx2", "amx_bf16"], "AVX2", False),  # torch's kernels held at AVX2 (ATEN_CPU_CAPABILITY)
+    ):
+        monkeypatch.setattr(timing, "cpu_flags", lambda flags=flags: flags)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert timing.native_bf16() is (want and torch_weights.onednn_available())
