@@ -32,6 +32,8 @@ SECTIONS = [
     "generate_vs_transformers",
     "preallocated_vs_concat",
     "cache_vs_recompute",
+    "bf16",
+    "batch_sweep",
     "goals",
 ]
 GOAL_IDS = {
@@ -42,7 +44,10 @@ GOAL_IDS = {
     "prefill_matmul",
     "preallocated_vs_concat",
     "compute_bound_batch",
-}
+    "cpu_bf16_decode",
+    "cpu_bf16_prefill",
+    "batch_decode_float32",
+} | ({"batch_decode_bfloat16"} if timing.native_bf16() else set())
 
 
 @pytest.fixture(scope="module")
@@ -178,10 +183,57 @@ def test_goals_are_recorded_with_met_or_not(recorded):
             continue
         assert isinstance(g["value"], float) and math.isfinite(g["value"])
         if g["target"] is not None:
-            assert g["met"] == (g["value"] >= g["target"] and "identical tokens: False" not in g["note"])
+            reached = g["value"] <= g["target"] if g.get("at_most") else g["value"] >= g["target"]
+            extra = "identical tokens: False" not in g["note"] and "emulated" not in g["note"]
+            assert g["met"] == (reached and extra)
     # tiny sizes are not the goals' configurations, and the JSON says so
     assert not goals["cpu_decode_bandwidth"]["at_goal_size"]
     assert not goals["prefill_matmul"]["at_goal_size"]
+
+
+def test_the_cpu_engine_sections_write_their_ratios(recorded):
+    """prefill against the faster library per shape; bf16 against float32 (decode and prefill, the
+    median of the rounds' own ratios, marked slow where bf16 is emulated or slower); decode steps of
+    B rows against one row's, measured beside the roofline."""
+    r, _ = recorded
+    tiny = bench.SIZES["cpu"]["tiny"]
+    mm = r["prefill_vs_matmul"]["matmul"]
+    libraries = [mm[k] for k in ("blas_flops_per_s", "onednn_flops_per_s") if k in mm]
+    assert libraries and mm["flops_per_s"] >= max(libraries) * (1 - 1e-9)  # each shape's faster
+    assert {s["library"] for s in mm["shapes"]} <= {"blas", "onednn"}
+    b16 = r["bf16"]
+    assert b16["native_bf16"] is timing.native_bf16() and b16["cpu_flags"] == timing.cpu_flags()
+    for name in ("decode", "prefill"):
+        part = b16[name]
+        assert len(part["rounds"]) == tiny["repeats"] and part["speed_ratio"] == statistics.median(
+            part["rounds"]
+        )
+        assert part["weight_bytes"]["float32"] == 2 * part["weight_bytes"]["bfloat16"]
+        assert set(part["tokens_per_s"]) == {"float32", "bfloat16"}
+    assert b16["slow"] == (
+        not b16["native_bf16"] or min(b16[n]["speed_ratio"] for n in ("decode", "prefill")) < 1
+    )
+    assert ("SLOW" in b16["note"]) == b16["slow"]
+    assert set(b16["products"]) == {"float32", "bfloat16"}
+    sweep = r["batch_sweep"]
+    assert set(sweep["by_dtype"]) == ({"float32", "bfloat16"} if timing.native_bf16() else {"float32"})
+    for entry in sweep["by_dtype"].values():
+        pts = entry["points"]
+        assert [p["batch_size"] for p in pts] == sweep["batches"] == tiny["batch_sizes"]
+        assert pts[0]["ratio_to_b1"] == pts[0]["predicted_ratio_to_b1"] == 1.0
+        assert entry["worst_ratio_to_b1"] == max(p["ratio_to_b1"] for p in pts[1:] if p["batch_size"] <= 16)
+        ideal = [p["predicted_ratio_to_b1"] for p in pts]
+        assert ideal == sorted(ideal)  # more rows never take less time on the roofline
+        for p in pts:
+            assert p["tokens_per_s"] == pytest.approx(p["batch_size"] / p["time_s"])
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = perf.plot_batch_sweep(sweep)  # one measured and one ideal line per dtype, and the 1.3 line
+    assert len(fig.axes[0].get_lines()) == 2 * len(sweep["by_dtype"]) + 1
+    for bad in ({}, {"by_dtype": {}}):
+        with pytest.raises(ValueError, match="^sweep: expected"):
+            perf.plot_batch_sweep(bad)
 
 
 def test_plots_are_written(recorded):

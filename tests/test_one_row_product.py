@@ -1,6 +1,7 @@
 """The product a CPU decode step runs its one row through: BLAS's mat-vec or oneDNN's matmul of
-one row, whichever streams faster on this CPU (``torch_weights.one_row_product``). Either one gives
-the same logits and tokens; each is the kernel that really runs; the layout follows the choice."""
+one row, on the plain weights or on a copy oneDNN packed for itself, whichever streams fastest on
+this CPU (``torch_weights.one_row_product``). Each gives the same logits and tokens; each is the
+kernel that really runs; the layout follows the choice."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ ENV = "KVTUTOR_DECODE_PRODUCT"
 onednn_only = pytest.mark.skipif(
     not torch_weights.onednn_available(), reason="this torch build has no oneDNN matmul of one row"
 )
-PRODUCTS = ["blas", pytest.param("onednn", marks=onednn_only)]
+PRODUCTS = ["blas", pytest.param("onednn", marks=onednn_only), pytest.param("packed", marks=onednn_only)]
 CONFIG = kvtutor.GPT2Config(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=32, n_kv_heads=2)
 LLAMA = kvtutor.LlamaConfig(
     vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=48, max_seq_len=32
@@ -33,7 +34,9 @@ def test_a_wrong_setting_is_refused_by_name(monkeypatch, value):
     if value.strip().lower() == "blas":
         assert torch_weights.one_row_product() == "blas"  # case and spaces do not matter
         return
-    with pytest.raises(ValueError, match=f"^{ENV}: expected one of \\['auto', 'blas', 'onednn'\\], got"):
+    with pytest.raises(
+        ValueError, match=f"^{ENV}: expected one of \\['auto', 'blas', 'onednn', 'packed'\\], got"
+    ):
         torch_weights.one_row_product()
 
 
@@ -49,7 +52,7 @@ def test_the_setting_decides_and_dtypes_onednn_cannot_multiply_take_blas(monkeyp
 def test_unset_it_is_the_faster_one_as_measured(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     rates = torch_weights.measure_one_row_products(torch.float32, n_bytes=16 << 20, rounds=2)
-    assert set(rates) == ({"blas", "onednn"} if torch_weights.onednn_available() else {"blas"})
+    assert set(rates) == ({"blas", "onednn", "packed"} if torch_weights.onednn_available() else {"blas"})
     assert all(r > 0 for r in rates.values())
     _forget()
     monkeypatch.setattr(torch_weights, "measure_one_row_products", lambda dtype: {"blas": 2.0, "onednn": 1.0})
@@ -81,9 +84,11 @@ def test_unset_it_is_the_faster_one_as_measured(monkeypatch):
 
 
 def _forget() -> None:
-    """Drop the measured rates and the choice made from them."""
+    """Drop the measured rates and the choices made from them."""
     torch_weights._faster_one_row_product.cache_clear()
     torch_weights.one_row_rates.cache_clear()
+    torch_weights._faster_rows_product.cache_clear()
+    torch_weights.rows_rates.cache_clear()
 
 
 @pytest.mark.parametrize("product", PRODUCTS)
@@ -109,17 +114,19 @@ def _kernels(model, cache, ids_B) -> set[str]:
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_each_product_is_the_kernel_that_runs_and_both_give_the_same_answer(monkeypatch, family):
-    products = ["blas"] + (["onednn"] if torch_weights.onednn_available() else [])
+    products = ["blas"] + (["onednn", "packed"] if torch_weights.onednn_available() else [])
     steps, tokens = {}, {}
     for product in products:
         monkeypatch.setenv(ENV, product)
         if family == "gpt2":
             model = kvtutor.TorchGPT2Model.random(CONFIG, seed=3, device="cpu")
-            ours = {"blas": {"aten::addmv", "aten::mv"}, "onednn": {"mkldnn::_linear_pointwise"}}[product]
+            ours = {"aten::addmv", "aten::mv"} if product == "blas" else {"mkldnn::_linear_pointwise"}
         else:
             model = kvtutor.TorchLlamaModel.random(LLAMA, seed=3, device="cpu")
-            ours = {"blas": {"aten::addmv"}, "onednn": {"mkldnn::_linear_pointwise"}}[product]
+            ours = {"aten::addmv"} if product == "blas" else {"mkldnn::_linear_pointwise"}
         assert model.row_major(32, 96) == (product == "blas")
+        packed = torch_weights.packed_weight(model.layers[0].w_qkv_OE)
+        assert (packed is not None) == (product == "packed")  # a copy only where it is chosen
         cache = model.new_cache(1, capacity=16)
         prompt = torch.tensor([[5, 9, 2, 7]])
         prefill_BTV = model.logits_without_cache(torch.tensor([[5, 9, 2, 7, 11]]))
@@ -133,7 +140,8 @@ def test_each_product_is_the_kernel_that_runs_and_both_give_the_same_answer(monk
         assert (steps[product] - prefill_BTV[:, -1]).abs().max() < 1e-4  # the step equals prefill
         tokens[product] = model.generate(prompt, 8)
     assert all(torch.equal(tokens["blas"], t) for t in tokens.values())
-    np.testing.assert_allclose(*(s.numpy() for s in steps.values()), atol=1e-4) if len(steps) == 2 else None
+    for step in steps.values():
+        np.testing.assert_allclose(step.numpy(), steps["blas"].numpy(), atol=1e-4)
 
 
 def test_under_torch_compile_the_compiler_picks(monkeypatch):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import kvtutor
-from kvtutor.measure import costs, timing
+from kvtutor.measure import costs, matmuls, timing
 
 torch = pytest.importorskip("torch")
 
@@ -103,12 +103,16 @@ def test_gemv_copy_and_matmul_results():
 
 def test_model_matmul_shapes_match_the_cost_model():
     cfg = kvtutor.GPT2Config(vocab_size=100, d_model=32, n_heads=4, n_layers=3, max_seq_len=64, n_kv_heads=2)
-    shapes = timing.model_matmul_shapes(cfg, 16)
+    shapes = matmuls.model_matmul_shapes(cfg, 16)
     flops = sum(2 * m * k * n * s["count"] for s in shapes for m, k, n in [s["shape"]])
     c = costs.prefill_cost(cfg, 16)
     assert flops == c.matmul_flops + c.lm_head_flops
-    r = timing.measure_model_matmuls(cfg, 16, "cpu", min_run_time=0.0)
+    r = matmuls.measure_model_matmuls(cfg, 16, "cpu", min_run_time=0.0)
     assert r["flops"] == flops and r["flops_per_s"] > 0 and len(r["shapes"]) == 5
+    # each shape the faster library: the whole no slower than either library alone
+    alone = [r[k] for k in ("blas_flops_per_s", "onednn_flops_per_s") if k in r]
+    assert alone and r["flops_per_s"] >= max(alone) * (1 - 1e-9)
+    assert all(s["library"] in ("blas", "onednn") and s["library"] in s["by_library"] for s in r["shapes"])
 
 
 def test_probe_machine_tiny():

@@ -1,6 +1,8 @@
 """Every public ``TorchGPT2Model`` method in float32, bfloat16 and float16, on the CPU and (where present)
 on CUDA, against the NumPy model: odd head widths, GQA, ragged batches, both ``compile_decode``
-modes, the key buckets of the fixed-shape step, and the padded LM head.
+modes, the key buckets of the fixed-shape step, and the padded LM head. On a CPU whose torch has
+oneDNN also "cpu-packed": every matrix packed by oneDNN and every product of one row or more read
+from the packed copy (``KVTUTOR_ROWS_PRODUCT=packed``, ``KVTUTOR_DECODE_PRODUCT=packed``).
 
 On CUDA these are the tests ``tools/gpu_check.sh`` runs; on a CPU the same code paths run eagerly
 (no graphs), so a shape or stride mistake in the fast path fails here first.
@@ -21,6 +23,9 @@ from kvtutor.models import torch_mirror as mirror  # noqa: E402
 from kvtutor.models import torch_weights  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+#: the packed CPU path runs where oneDNN can multiply the dtype (not float16)
+PACKED = ["cpu-packed"] if torch_weights.onednn_available() else []
+PACKED_DTYPES = ("float32", "bfloat16")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: logits tolerance, relative to the largest |logit|, per dtype
 RTOL = {"float32": 2e-5, "bfloat16": 3e-2, "float16": 5e-3}
@@ -37,11 +42,23 @@ def np_(t) -> np.ndarray:
     return t.detach().cpu().float().numpy()
 
 
-@pytest.fixture(scope="module", params=[(d, t, c) for d in DEVICES for t in DTYPES for c in CONFIGS])
+@pytest.fixture(
+    scope="module",
+    params=[(d, t, c) for d in DEVICES for t in DTYPES for c in CONFIGS]
+    + [(d, t, c) for d in PACKED for t in PACKED_DTYPES for c in CONFIGS],
+)
 def case(request):
     device, dtype_name, config_name = request.param
     numpy_model = kvtutor.GPT2Model.random(CONFIGS[config_name], seed=3)
-    model = kvtutor.TorchGPT2Model.from_numpy(numpy_model, device=device, dtype=DTYPES[dtype_name])
+    with pytest.MonkeyPatch.context() as mp:  # the products are chosen when the weights are packed
+        if device == "cpu-packed":
+            mp.setenv("KVTUTOR_ROWS_PRODUCT", "packed")
+            mp.setenv("KVTUTOR_DECODE_PRODUCT", "packed")
+        model = kvtutor.TorchGPT2Model.from_numpy(
+            numpy_model, device=device.split("-")[0], dtype=DTYPES[dtype_name]
+        )
+    if device == "cpu-packed":
+        assert torch_weights.packed_weight(model.layers[0].w_qkv_OE) is not None
     return numpy_model, model, dtype_name
 
 

@@ -479,7 +479,10 @@ def check_logits(logits: Any, rows: Any = None, name: str = "logits", note: str 
     if _is_torch_tensor(part):
         import torch
 
-        bad = int((~torch.isfinite(part)).sum())
+        # one pass, no temporaries: a sum is finite only if every number is (a NaN or an inf
+        # survives any sum); only a sum that is not (or that overflowed) counts them
+        total = part.sum()
+        bad = 0 if bool(torch.isfinite(total)) else int((~torch.isfinite(part)).sum())
     else:
         bad = int(part.size - np.isfinite(part).sum())
     if bad:

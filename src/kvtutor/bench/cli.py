@@ -28,6 +28,7 @@ from ..measure.schema import SCHEMA_VERSION, check_result
 from ..measure.timing import bench_size, describe, load_average, probe_machine
 from ..validate import default_device, dtype_info
 from .common import MEASURED_HOOKS, ceilings, finite, make_model
+from .cpu import model_products, run_batch_sweep, run_bf16_vs_fp32
 from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
 from .experiments import (
     add_predictions,
@@ -45,7 +46,7 @@ from .tables import sizes
 if TYPE_CHECKING:
     from ..models.torch_gpt2 import TorchGPT2Model
 
-__all__ = ["BENCH_DTYPES", "RUN_SECTIONS", "run", "write_result", "summary", "main"]
+__all__ = ["BENCH_DTYPES", "RUN_SECTIONS", "DEFAULT_SECTIONS", "run", "write_result", "summary", "main"]
 
 #: the dtypes the benchmark times its models in
 BENCH_DTYPES = ("float32", "bfloat16", "float16")
@@ -147,6 +148,8 @@ def _prefill_goal(r: _Run) -> dict[str, Any]:
     name, n_tokens = r.sz["prefill_goal"]
     out = run_prefill_vs_matmul(r.model(name), n_tokens, r.mrt, r.reps)
     out["ratio_to_square_matmul"] = out["prefill"]["flops_per_s"] / r.ceil["peak_flops"]
+    if not r.on_gpu:  # which product each matrix ran its rows through
+        out["products_used"] = model_products(r.model(name))
     r.release()  # the next sections build their own models
     return {"prefill_vs_matmul": out}
 
@@ -182,8 +185,38 @@ def _engine(r: _Run) -> dict[str, Any]:
     return {"engine": out}
 
 
-#: the sections of a run, in the order it measures them (``engine`` only on CUDA by default): each
-#: reads the run's sizes, ceilings and models and returns its keys of the result
+def _bf16(r: _Run) -> dict[str, Any]:
+    r.release()
+    name, n_tokens = r.sz["prefill_goal"]
+    decode = {dt: r.model(r.sz["bf16_decode_model"], dt) for dt in ("float32", "bfloat16")}
+    prefill = {dt: r.model(name, dt) for dt in ("float32", "bfloat16")}
+    out = run_bf16_vs_fp32(decode, prefill, r.sz["bandwidth_context"], n_tokens, r.mrt, r.reps)
+    del decode, prefill
+    r.release()
+    return {"bf16": out}
+
+
+def _batches(r: _Run) -> dict[str, Any]:
+    r.release()
+    name = r.sz["batch_model"]
+    dtypes = ["float32"]
+    if r.on_gpu or timing.native_bf16():  # bf16 only where it is native: elsewhere it is slower
+        dtypes.append("bfloat16")
+    peak = {r.ceil["dtype"]: r.ceil["peak_flops"]}
+    n = timing.PROBE_SIZES["cuda" if r.on_gpu else "cpu"][r.sz["size"]]["matmul_n"]
+    for dt in dtypes:  # the roofline of each dtype: its own square matmul, measured now
+        peak.setdefault(dt, timing.measure_matmul_flops(n, n, n, r.device, dt, r.mrt)["flops_per_s"])
+    models = {dt: r.model(name, dt) for dt in dtypes}
+    out = run_batch_sweep(models, r.sz["batch_sizes"], r.sz["batch_context"], peak, r.ceil["bandwidth"],
+                          r.mrt, r.reps)  # fmt: skip
+    del models
+    r.release()
+    return {"batch_sweep": out}
+
+
+#: the sections of a run, in the order it measures them (``engine`` only on CUDA by default, ``bf16``
+#: and ``batches`` only on a CPU): each reads the run's sizes, ceilings and models and returns its
+#: keys of the result
 SECTIONS: dict[str, Callable[[_Run], dict[str, Any]]] = {
     "rooflines": _rooflines,
     "bandwidth": _bandwidth,
@@ -191,9 +224,16 @@ SECTIONS: dict[str, Callable[[_Run], dict[str, Any]]] = {
     "prefill_goal": _prefill_goal,
     "concat": _concat,
     "recompute": _recompute,
+    "bf16": _bf16,
+    "batches": _batches,
     "engine": _engine,
 }
 RUN_SECTIONS = tuple(SECTIONS)
+#: the sections a run measures by default on each kind of device
+DEFAULT_SECTIONS = {
+    "cpu": tuple(s for s in RUN_SECTIONS if s != "engine"),
+    "cuda": tuple(s for s in RUN_SECTIONS if s not in ("bf16", "batches")),
+}
 
 
 def run(
@@ -211,7 +251,9 @@ def run(
     every section: a run cut short by a time limit still leaves what it measured.
 
     sections: any of ``rooflines``, ``bandwidth``, ``generate``, ``prefill_goal``, ``concat``,
-    ``recompute``, ``engine`` (default all; ``engine``, the GPU goals of the fast path, only on CUDA).
+    ``recompute``, ``bf16``, ``batches``, ``engine``, or ``["all"]`` (default
+    ``DEFAULT_SECTIONS``: ``engine``, the GPU goals of the fast path, only on CUDA; ``bf16`` and
+    ``batches``, the CPU engine's, only on a CPU).
     """
     device = default_device() if device is None else str(device)
     on_gpu = device.startswith("cuda")
@@ -220,7 +262,9 @@ def run(
     if dtype not in BENCH_DTYPES:
         raise ValueError(f"dtype: expected one of {list(BENCH_DTYPES)}, got {dtype!r}")
     if sections is None:
-        sections = RUN_SECTIONS if on_gpu else RUN_SECTIONS[:-1]
+        sections = DEFAULT_SECTIONS["cuda" if on_gpu else "cpu"]
+    elif list(sections) == ["all"]:
+        sections = RUN_SECTIONS
     sections = tuple(sections)
     for s in sections:
         if s not in SECTIONS:
@@ -370,7 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", choices=["tiny", "quick", "full"], default=None, help="overrides --quick")
     parser.add_argument("--dtype", choices=list(BENCH_DTYPES), default=None,
                         help="default: bfloat16 on CUDA, float32 on a CPU")  # fmt: skip
-    parser.add_argument("--sections", default=None, help="comma-separated subset of the sections")
+    parser.add_argument(
+        "--sections", default=None, help="comma-separated sections, or all (engine on a CPU too)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads on a CPU (default: torch's)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--plots", default=None, help="write PNG figures into this directory")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..measure import costs, timing
 from ..measure.knee import fit_knee
+from ..measure.matmuls import model_matmul_probe
 from ..models.config import GPT2Config
 from ..models.gpt2_weights import build_hf_gpt2
 from ..validate import dtype_info, torch_dtype
@@ -250,7 +251,8 @@ def run_read_attempts(n: int, min_run_time: float = 0.2) -> dict[str, Any]:
 def run_prefill_vs_matmul(
     model: TorchGPT2Model, n_tokens: int, min_run_time: float = 0.2, repeats: int = 3
 ) -> dict[str, Any]:
-    """Prefill FLOP/s (cost-model FLOPs / time) against ``torch.matmul`` in the same shapes, same run.
+    """Prefill FLOP/s (cost-model FLOPs / time) against the matmuls of the same shapes, same run:
+    each shape the faster of BLAS's and oneDNN's (``matmuls.model_matmul_probe``).
 
     Prefill and the matmuls are timed in ``repeats`` alternating rounds, each giving a ratio of two
     measurements taken seconds apart; ``ratio``, ``prefill`` and ``matmul`` are the median round's.
@@ -260,7 +262,7 @@ def run_prefill_vs_matmul(
     """
     check_repeats(repeats)
     cfg, device = model.config, device_of(model)
-    mm = timing.model_matmul_probe(cfg, n_tokens, device, model.dtype)
+    mm = model_matmul_probe(cfg, n_tokens, device, model.dtype)
     products = weight_products(model, n_tokens)
     rounds = []
     for _ in range(repeats):

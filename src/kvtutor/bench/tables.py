@@ -31,10 +31,12 @@ _TINY = {
     "recompute_model": "tiny", "recompute_lengths": [4, 8, 16], "min_run_time": 0.005,
     "repeats": 2, "engine_model": "tiny", "engine_capacity": 128, "engine_context": 16,
     "engine_big_model": "tiny", "engine_generate": ("tiny", 4, 8), "engine_concat": ("tiny", 40),
+    "bf16_decode_model": "tiny", "batch_model": "tiny", "batch_sizes": [1, 2, 4], "batch_context": 8,
 }  # fmt: skip
 
 #: What each size measures: model names from MODELS, lengths, batches; (model, prompt, new tokens)
-#: for the generate comparison; (model, T) for the prefill-vs-matmul goal.
+#: for the generate comparison; (model, T) for the prefill-vs-matmul goal (and the bf16 section's
+#: prefill); the bf16 section's decode model; the batch sweep's model, batch sizes and context.
 SIZES: dict[str, dict[str, dict[str, Any]]] = {
     "cpu": {
         "tiny": _TINY,
@@ -48,7 +50,8 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "recompute_lengths": [16, 32, 64, 128, 256], "min_run_time": 0.1, "repeats": 3,
             "engine_model": "mid", "engine_capacity": 1024, "engine_context": 16,
             "engine_big_model": "gpt2-small", "engine_generate": ("small", 8, 32),
-            "engine_concat": ("small", 256),
+            "engine_concat": ("small", 256), "bf16_decode_model": "gpt2-small",
+            "batch_model": "gpt2-small", "batch_sizes": [1, 2, 4, 8, 16], "batch_context": 16,
         },
         "full": {
             "roofline_model": "gpt2-small", "prefill_lengths": [8, 16, 32, 64, 128, 256, 512],
@@ -60,7 +63,8 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "recompute_lengths": [16, 32, 64, 128, 256, 512, 1024], "min_run_time": 0.3, "repeats": 5,
             "engine_model": "gpt2-small", "engine_capacity": 1024, "engine_context": 16,
             "engine_big_model": "gpt2-medium", "engine_generate": ("gpt2-small", 8, 32),
-            "engine_concat": ("small", 1024),
+            "engine_concat": ("small", 1024), "bf16_decode_model": "gpt2-medium",
+            "batch_model": "gpt2-medium", "batch_sizes": [1, 2, 4, 8, 16, 32], "batch_context": 16,
         },
     },
     "cuda": {
@@ -75,7 +79,8 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "recompute_lengths": [16, 64, 256, 1024], "min_run_time": 0.05, "repeats": 5,
             "engine_model": "gpt2-medium", "engine_capacity": 1024, "engine_context": 16,
             "engine_big_model": "gpt2-1.3b", "engine_generate": ("gpt2-medium", 8, 64),
-            "engine_concat": ("small", 512),
+            "engine_concat": ("small", 512), "bf16_decode_model": "gpt2-medium",
+            "batch_model": "gpt2-medium", "batch_sizes": [1, 4, 16, 64], "batch_context": 16,
         },
         "full": {
             "roofline_model": "gpt2-1.3b", "prefill_lengths": [64, 128, 256, 512, 1024, 2048, 4096],
@@ -87,7 +92,8 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "recompute_lengths": [16, 32, 64, 128, 256, 512, 1024, 2048], "min_run_time": 0.1,
             "repeats": 5, "engine_model": "gpt2-1.3b", "engine_capacity": 4096, "engine_context": 16,
             "engine_big_model": "gpt2-6.7b", "engine_generate": ("gpt2-1.3b", 8, 128),
-            "engine_concat": ("small", 2048),
+            "engine_concat": ("small", 2048), "bf16_decode_model": "gpt2-1.3b",
+            "batch_model": "gpt2-1.3b", "batch_sizes": [1, 4, 16, 64, 256], "batch_context": 16,
         },
     },
 }  # fmt: skip

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GIB", "GPU_GOALS", "evaluate_goals", "engine_goals"]
+__all__ = ["GIB", "GPU_GOALS", "evaluate_goals", "cpu_engine_goals", "engine_goals"]
 
 GIB = 1 << 30
 
 
 def _goal(gid: str, text: str, value: float | None, target: float | None, at_size: bool, note: str = "",
-          extra_ok: bool = True) -> dict[str, Any]:  # fmt: skip
-    met = None if value is None or target is None else bool(value >= target and extra_ok)
-    return {"id": gid, "goal": text, "value": value, "target": target, "met": met,
+          extra_ok: bool = True, at_most: bool = False) -> dict[str, Any]:  # fmt: skip
+    reached = None if value is None or target is None else (value <= target if at_most else value >= target)
+    met = None if reached is None else bool(reached and extra_ok)
+    goal = {"id": gid, "goal": text, "value": value, "target": target, "met": met,
             "at_goal_size": at_size, "note": note}  # fmt: skip
+    return {**goal, "at_most": True} if at_most else goal
 
 
 def _split_note(r: dict[str, Any], what: str) -> str:
@@ -91,11 +93,15 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
                 f"T = {pm['n_tokens']}; against the square matmul; same-shape ratio {pm['ratio']:.3f}",
             ))  # fmt: skip
         else:
+            libs = {k: pm["matmul"].get(f"{k}_flops_per_s") for k in ("blas", "onednn")}
+            best_of = " and ".join(f"{k} {v / 1e9:.0f}" for k, v in libs.items() if v)
             goals.append(_goal(
-                "prefill_matmul", "prefill at T = 512 (GPT-2-small shapes) reaches >= 0.85 of same-shape "
-                "torch.matmul FLOP/s", pm["ratio"], 0.85,
-                pm["n_tokens"] == 512 and (c["d_model"], c["n_layers"]) == (768, 12),
-                f"T = {pm['n_tokens']}" + _split_note(pm, "prefill"),
+                "prefill_matmul", "prefill at T = 512 (GPT-2-small shapes) reaches >= 0.85 of the FLOP/s "
+                "of the faster of BLAS's and oneDNN's matmul in the same shapes", pm["ratio"], 0.85,
+                pm["n_tokens"] == 512 and (c["d_model"], c["n_layers"]) == (768, 12)
+                and "blas_flops_per_s" in pm["matmul"],
+                f"T = {pm['n_tokens']}" + (f"; GFLOP/s of {best_of}" if best_of else "; BLAS's alone")
+                + _split_note(pm, "prefill"),
             ))  # fmt: skip
     sc = result.get("preallocated_vs_concat")
     if sc:
@@ -105,6 +111,7 @@ def evaluate_goals(result: dict[str, Any]) -> list[dict[str, Any]]:
             "preallocated cache >= 1.2x faster than concat over 2048 generated tokens",
             last["speedup"], 1.2, last["n_new"] >= 2048, f"{last['n_new']} generated tokens",
         ))  # fmt: skip
+    goals += cpu_engine_goals(result.get("bf16"), result.get("batch_sweep"), on_gpu)
     goals += engine_goals(result.get("engine"), on_gpu)
     ds = result.get("decode_sweep")
     if ds:
@@ -174,4 +181,38 @@ def engine_goals(engine: dict[str, Any] | None, on_gpu: bool) -> list[dict[str, 
             goals.append(_goal(gid, text, None, target, False, reason))
             continue
         goals.append(_goal(gid, text, value(part), target, at_size(part), note(part), extra(part)))
+    return goals
+
+
+def cpu_engine_goals(
+    bf16: dict[str, Any] | None, sweep: dict[str, Any] | None, on_gpu: bool
+) -> list[dict[str, Any]]:
+    """The CPU engine's goals (issue 46), from the ``bf16`` and ``batches`` sections: a bf16 decode
+    step at >= 1.7x float32's tokens/s where the CPU multiplies bf16 natively (bf16 prefill's ratio
+    recorded beside it), and decode steps of 2 to 16 rows within 1.3x of one row's time."""
+    goals = []
+    if bf16:
+        dec, pre = bf16["decode"], bf16["prefill"]
+        f32_bytes = dec["weight_bytes"]["float32"]
+        goals.append(_goal(
+            "cpu_bf16_decode", "CPU bf16 batch-1 decode >= 1.7x float32's tokens/s, where the CPU has "
+            "native bf16 (AMX or AVX512_BF16)", dec["speed_ratio"], 1.7,
+            not on_gpu and bf16["native_bf16"] and f32_bytes >= GIB, bf16["note"], bf16["native_bf16"],
+        ))  # fmt: skip
+        goals.append(_goal(
+            "cpu_bf16_prefill", "CPU bf16 prefill against float32's tokens/s (recorded; > 1 where the "
+            "matrix units run)", pre["speed_ratio"], None, not on_gpu and pre["n_tokens"] == 512,
+            f"T = {pre['n_tokens']}; native bf16: {bf16['native_bf16']}",
+        ))  # fmt: skip
+    for dtype, entry in (sweep or {}).get("by_dtype", {}).items():
+        sizes = [p["batch_size"] for p in entry["points"]]
+        c = entry["config"]
+        worst = max((p for p in entry["points"] if 1 < p["batch_size"] <= 16), key=lambda p: p["ratio_to_b1"])
+        goals.append(_goal(
+            f"batch_decode_{dtype}", f"{dtype} decode steps of B = 2 to 16 rows take <= 1.3x one row's "
+            "time (the roofline: about 1 until the step computes)", entry["worst_ratio_to_b1"], 1.3,
+            not on_gpu and 16 in sizes and 2 in sizes and c["n_params"] >= 3e8,
+            f"worst at B = {worst['batch_size']} (roofline {worst['predicted_ratio_to_b1']:.2f}); "
+            f"{c['n_params'] / 1e6:.0f}M parameters", at_most=True,
+        ))  # fmt: skip
     return goals

@@ -2,8 +2,10 @@
 ``kvtutor.measure.recorded`` ships, as data (``TOP_LEVEL``, ``SECTIONS``, ``POINTS``, ``GOAL``) plus the
 checker that every write and every load goes through (``check_result``, ``load_result``).
 
-A result is one JSON object. ``"schema"`` holds its version (``SCHEMA_VERSION``; the recorded runs
-say 2: version 1 named the preallocated cache "static"). Then come what the run measured on
+A result is one JSON object. ``"schema"`` holds its version (``SCHEMA_VERSION``; version 1 named
+the preallocated cache "static"; version 3 holds prefill against the faster of BLAS's and oneDNN's
+matmul, where version 2 held it against BLAS's alone, and adds the ``bf16`` and ``batch_sweep``
+sections; this code reads 2 and 3). Then come what the run measured on
 (device, size, dtype, the sizes it used, the machine's probe, hardware, versions, date and
 ceilings), one object per section it ran, and the goals. Each
 key below says which JSON types its value may take (``"number"`` includes integers; a number that
@@ -33,6 +35,8 @@ __all__ = [
     "TOP_LEVEL",
     "SECTIONS",
     "POINTS",
+    "BATCH_SWEEP",
+    "BATCH_POINT",
     "GOAL",
     "check_result",
     "load_result",
@@ -42,9 +46,9 @@ __all__ = [
 ]
 
 #: the version this code writes
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: the versions this code reads
-READABLE_VERSIONS = (2,)
+READABLE_VERSIONS = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ TOP_LEVEL: dict[str, Key] = {
     "generate_vs_transformers": _opt(_OBJ, "section generate: bench.run_generate_vs_transformers"),
     "preallocated_vs_concat": _opt(_OBJ, "section concat: bench.run_preallocated_vs_concat"),
     "cache_vs_recompute": _opt(_OBJ, "section recompute: bench.run_cache_vs_recompute"),
+    "bf16": _opt(_OBJ, "section bf16: bench.run_bf16_vs_fp32"),
+    "batch_sweep": _opt(_OBJ, "section batches: bench.run_batch_sweep"),
     "engine": _opt(_OBJ, "section engine (CUDA's by default): the fast path's parts"),
     "load_average_1m_end": _opt(_NUM_NULL, "the 1-minute load average when the run ended"),
     "command": _opt(_STR, "the command line that wrote the file"),
@@ -111,6 +117,13 @@ _TIME = Key(
 )
 _RATE = Key(_NUM, "bytes (or FLOPs) per second", positive=True)
 _TIMED = {"time": _TIME, "tokens_per_s": Key(_NUM, "tokens per second")}
+
+#: the keys of one pass timed in bf16 and float32 (``bench.run_bf16_vs_fp32``)
+_PAIR = {
+    "tokens_per_s": Key(_OBJ, "dtype -> tokens per second, the median round's"),
+    "speed_ratio": Key(_NUM, "bf16 tokens/s / float32 tokens/s, the median of the rounds'", positive=True),
+    "rounds": Key(_ARR, "each round's ratio"),
+}
 
 #: the keys of the objects at the top level, by the top-level key that holds them
 SECTIONS: dict[str, dict[str, Key]] = {
@@ -188,9 +201,19 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "dtype": _DTYPE,
         "n_tokens": Key(_INT, "T of the prefill"),
         "prefill": Key(_OBJ, "the median round's prefill point", keys={"time": _TIME, "flops_per_s": _RATE}),
-        "matmul": Key(_OBJ, "the median round's same-shape matmuls", keys={"flops_per_s": _RATE}),
+        "matmul": Key(
+            _OBJ,
+            "the median round's same-shape matmuls, each shape the faster of BLAS's and oneDNN's "
+            "(timing.model_matmul_probe; schema 2: BLAS's alone)",
+            keys={
+                "flops_per_s": _RATE,
+                "blas_flops_per_s": _opt(_NUM, "BLAS's alone"),
+                "onednn_flops_per_s": _opt(_NUM, "oneDNN's alone, packed weights"),
+            },
+        ),  # fmt: skip
         "ratio": Key(_NUM, "prefill FLOP/s / matmul FLOP/s"),
         "ratio_to_square_matmul": _opt(_NUM, "prefill FLOP/s / the ceilings' peak"),
+        "products_used": _opt(_OBJ, "CPU: each matrix's product of its rows (bench.model_products)"),
     },
     "generate_vs_transformers": {
         "small": _opt(_OBJ, "the 'small' model's comparison, or {'skipped': reason}"),
@@ -203,6 +226,23 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "points": Key(_ARR, "one per number of generated tokens"),
     },
     "cache_vs_recompute": {"config": _CONFIG, "dtype": _DTYPE, "points": Key(_ARR, "one per length")},
+    "bf16": {
+        "device": Key(_STR, "the device measured"),
+        "decode": Key(_OBJ, "batch-1 decode, bf16 against float32", keys=_PAIR),
+        "prefill": Key(_OBJ, "prefill, bf16 against float32", keys=_PAIR),
+        "native_bf16": Key(_BOOL, "whether this CPU multiplies bf16 in hardware (timing.native_bf16)"),
+        "slow": Key(_BOOL, "bf16 emulated, or slower than float32 in either pass"),
+        "note": Key(_STR, "what the two ratios say"),
+        "cpu_flags": _opt(_ARR, "the CPU's vector instructions (timing.cpu_flags)"),
+        "cpu_capability": _opt(_STR, "torch's kernel level"),
+        "products": _opt(_OBJ, "dtype -> bench.products_in_use: the products and their rates"),
+    },
+    "batch_sweep": {
+        "context_len": Key(_INT, "S of every step"),
+        "batches": Key(_ARR, "the batch sizes, 1 first"),
+        "bandwidth": Key(_NUM, "bytes/s of the roofline (the ceilings' bandwidth)", positive=True),
+        "by_dtype": Key(_OBJ, "dtype -> {config, dtype, peak_flops, points, worst_ratio_to_b1}"),
+    },
     "engine": {
         name: _opt(_OBJ, f"bench.{fn}, or {{'error': message}}")
         for name, fn in (
@@ -246,13 +286,34 @@ POINTS: dict[str, dict[str, Key]] = {
     },
 }
 
+#: the keys of each dtype's sweep in ``batch_sweep.by_dtype``, and of each of its points
+BATCH_SWEEP: dict[str, Key] = {
+    "config": _CONFIG,
+    "dtype": _DTYPE,
+    "peak_flops": Key(_NUM, "the dtype's square-matmul FLOP/s (the roofline's peak)", positive=True),
+    "points": Key(_ARR, "one per batch size"),
+    "worst_ratio_to_b1": Key(_NUM, "the largest ratio_to_b1 for 1 < B <= 16"),
+    "products": _opt(_OBJ, "CPU: the product of one row and of each batch's rows"),
+}
+BATCH_POINT: dict[str, Key] = {
+    "batch_size": Key(_INT, "B"),
+    "time_s": Key(_NUM, "the median round's step time", positive=True),
+    "tokens_per_s": Key(_NUM, "B / time_s"),
+    "ratio_to_b1": Key(_NUM, "the median of the rounds' t(B) / t(1)", positive=True),
+    "predicted_time_s": Key(_NUM, "the roofline's step time", positive=True),
+    "predicted_ratio_to_b1": Key(_NUM, "the roofline's t(B) / t(1)", positive=True),
+}
+
 #: the keys of each goal in ``"goals"``
 GOAL: dict[str, Key] = {
     "id": Key(_STR, "the goal's id"),
     "goal": Key(_STR, "what it asks"),
     "value": Key(_NUM_NULL, "the measured ratio, null when not measured"),
     "target": Key(_NUM_NULL, "the target, null for a recorded number"),
-    "met": Key(("boolean", "null"), "value >= target (and any extra condition); null without both"),
+    "met": Key(
+        ("boolean", "null"), "value >= target (<= where at_most; and any extra condition); null without both"
+    ),  # fmt: skip
+    "at_most": _opt(_BOOL, "true where the target is a ceiling: met when value <= target"),
     "at_goal_size": Key(_BOOL, "whether the run used the goal's configuration"),
     "note": Key(_STR, "what the number is made of"),
 }
@@ -328,6 +389,11 @@ def check_result(result: Any, source: str = "result") -> dict[str, Any]:
     for name, keys in POINTS.items():
         for i, p in enumerate(result.get(name, {}).get("points", [])):
             _check_keys(p, keys, source, f"{name}.points[{i}]")
+    for dtype, sweep in result.get("batch_sweep", {}).get("by_dtype", {}).items():
+        where = f"batch_sweep.by_dtype.{dtype}"
+        _check_keys(sweep, BATCH_SWEEP, source, where)
+        for i, p in enumerate(sweep["points"]):
+            _check_keys(p, BATCH_POINT, source, f"{where}.points[{i}]")
     for i, goal in enumerate(result["goals"]):
         _check_keys(goal, GOAL, source, f"goals[{i}]")
     return result

@@ -3,8 +3,9 @@
 On a GPU, CUDA events around each call, after warm-up, with one synchronisation at the end; on a
 CPU, ``torch.utils.benchmark.Timer`` with an explicit thread count. Either way the result is a
 median with its spread. ``probe_machine`` measures the ceilings that results are divided by: the
-read bandwidth of one large matrix-vector product, copy bandwidth, and matmul FLOP/s (square and
-in the model's own shapes). torch is imported only when a function needs it.
+read bandwidth of one large matrix-vector product, copy bandwidth, and square-matmul FLOP/s (in
+the model's own shapes: ``kvtutor.measure.matmuls``). torch is imported only when a function needs
+it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "bench_size",
     "VECTOR_FLAGS",
     "cpu_flags",
+    "native_bf16",
     "time_fn",
     "read_probe",
     "time_cpu",
@@ -39,9 +41,6 @@ __all__ = [
     "measure_copy_bandwidth",
     "matmul_probe",
     "measure_matmul_flops",
-    "model_matmul_shapes",
-    "model_matmul_probe",
-    "measure_model_matmuls",
     "probe_machine",
     "count_ops",
     "PROBE_SIZES",
@@ -264,6 +263,21 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def native_bf16() -> bool:
+    """Does this CPU multiply bfloat16 in hardware as torch runs it: AMX tiles (``amx_bf16``) or
+    AVX-512 BF16 dot products (``avx512_bf16``) among its flags (``cpu_flags``), torch's kernels at
+    the AVX-512 level (``torch.backends.cpu.get_cpu_capability``, which ``ATEN_CPU_CAPABILITY``
+    lowers) and oneDNN in this torch? Elsewhere bf16 is emulated: half the bytes, no faster
+    (the benchmark's ``bf16`` section then marks it slow)."""
+    import torch
+
+    from ..models.torch_weights import onednn_available
+
+    have = {"amx_bf16", "avx512_bf16"} & set(cpu_flags())
+    capability = torch.backends.cpu.get_cpu_capability().upper()
+    return bool(have) and "AVX512" in capability and onednn_available()
+
+
 def load_average() -> float | None:
     """The 1-minute load average (other work competing for the CPU), where the OS reports one,
     rounded to 0.01; None elsewhere."""
@@ -421,11 +435,15 @@ def measure_copy_bandwidth(
 
 
 def matmul_probe(
-    m: int, k: int, n: int, device: str = "cpu", dtype: Any = "float32"
+    m: int, k: int, n: int, device: str = "cpu", dtype: Any = "float32", library: str = "blas"
 ) -> Callable[..., dict[str, Any]]:
     """Allocate [m, k] @ [k, n] and its output once; return ``measure(min_run_time=0.2,
-    num_threads=None)``, which times ``torch.matmul`` now and returns what ``measure_matmul_flops`` does."""
+    num_threads=None)``, which times ``torch.matmul`` now and returns what ``measure_matmul_flops``
+    does. ``library="onednn"`` (a CPU): oneDNN's matmul of [m, k] by the weight packed once for
+    it (``torch_weights.pack``, ``onednn_linear``), as the engine multiplies packed weights."""
     import torch
+
+    from ..models.torch_weights import onednn_linear, pack
 
     device = _check_device(device)
     dt = torch_dtype(dtype)
@@ -433,11 +451,16 @@ def matmul_probe(
     b = torch.randn(k, n, device=device, dtype=torch.float32).to(dt)
     out = torch.empty(m, n, device=device, dtype=dt)
     flops = 2 * m * k * n
+    if library == "onednn":
+        w_NK = pack(b.mT)
+        fn = lambda: onednn_linear(a, w_NK, None)  # noqa: E731
+    elif library == "blas":
+        fn = lambda: torch.matmul(a, b, out=out)  # noqa: E731
+    else:
+        raise ValueError(f"library: expected 'blas' or 'onednn', got {library!r}")
 
     def measure(min_run_time: float = 0.2, num_threads: int | None = None) -> dict[str, Any]:
-        meas = time_fn(
-            lambda: torch.matmul(a, b, out=out), device, min_run_time=min_run_time, num_threads=num_threads
-        )
+        meas = time_fn(fn, device, min_run_time=min_run_time, num_threads=num_threads)
         return {"shape": [m, k, n], "dtype": dtype_info(dt).name, "flops": flops, "time": meas.as_dict(),
                 "flops_per_s": flops / meas.median_s}  # fmt: skip
 
@@ -455,56 +478,6 @@ def measure_matmul_flops(
 ) -> dict[str, Any]:
     """FLOP/s of ``torch.matmul`` of [m, k] @ [k, n] (2 m k n FLOPs), written into a preallocated output."""
     return matmul_probe(m, k, n, device, dtype)(min_run_time, num_threads)
-
-
-def model_matmul_shapes(config: Any, n_tokens: int) -> list[dict[str, Any]]:
-    """The weight products of a forward pass over n_tokens rows: name, [m, k, n], times each runs."""
-    d, f, v, L = config.d_model, config.d_ff, config.vocab_size, config.n_layers
-    qkv = (config.n_heads + 2 * config.n_kv_heads) * config.d_head
-    return [
-        {"name": "qkv", "shape": [n_tokens, d, qkv], "count": L},
-        {"name": "attn_out", "shape": [n_tokens, d, d], "count": L},
-        {"name": "ffn_up", "shape": [n_tokens, d, f], "count": L},
-        {"name": "ffn_down", "shape": [n_tokens, f, d], "count": L},
-        {"name": "lm_head", "shape": [n_tokens, d, v], "count": 1},
-    ]
-
-
-def model_matmul_probe(
-    config: Any, n_tokens: int, device: str = "cpu", dtype: Any = "float32"
-) -> Callable[..., dict[str, Any]]:
-    """Allocate the operands of every weight product of the model once; return ``measure(min_run_time=
-    0.2, num_threads=None)``, which times them now and returns what ``measure_model_matmuls`` does."""
-    shapes = model_matmul_shapes(config, n_tokens)
-    probes = [matmul_probe(*item["shape"], device, dtype) for item in shapes]
-
-    def measure(min_run_time: float = 0.2, num_threads: int | None = None) -> dict[str, Any]:
-        total_flops = 0
-        total_time = 0.0
-        rows = []
-        for item, probe in zip(shapes, probes, strict=True):
-            r = probe(min_run_time, num_threads)
-            r["name"], r["count"] = item["name"], item["count"]
-            total_flops += r["flops"] * item["count"]
-            total_time += r["time"]["median_s"] * item["count"]
-            rows.append(r)
-        return {"n_tokens": n_tokens, "dtype": dtype_info(dtype).name, "shapes": rows, "flops": total_flops,
-                "time_s": total_time, "flops_per_s": total_flops / total_time}  # fmt: skip
-
-    return measure
-
-
-def measure_model_matmuls(
-    config: Any,
-    n_tokens: int,
-    device: str = "cpu",
-    dtype: Any = "float32",
-    min_run_time: float = 0.2,
-    num_threads: int | None = None,
-) -> dict[str, Any]:
-    """FLOP/s of ``torch.matmul`` in each of the model's own shapes, and all together: the FLOPs of
-    one forward pass's weight products divided by the time those products take on their own."""
-    return model_matmul_probe(config, n_tokens, device, dtype)(min_run_time, num_threads)
 
 
 def probe_machine(

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ..caches.protocol import Plan
 from ..caches.torch_kv import causal_mask, host_empty, ragged_causal_mask
 from ..validate import torch_compute_dtype, torch_device
-from .torch_weights import one_row_onednn, onednn_linear
+from .torch_weights import one_row_onednn, onednn_linear, out_in_view, packed_for
 
 __all__ = [
     "as_rows",
@@ -72,11 +72,15 @@ def linear(x_BTE: torch.Tensor, w_OE: torch.Tensor, b_O: torch.Tensor | None) ->
     for a batch; for one row given as a vector (``as_rows``), the product of one row that streams
     fastest on this CPU: BLAS's matrix-vector product (``addmv``) or oneDNN's matmul of one row
     (``torch_weights.one_row_product``, measured once; small matrices take BLAS's:
-    ``one_row_onednn``).
+    ``one_row_onednn``); where the matrix has a packed copy and this CPU's product for these
+    rows is oneDNN's, that copy (``torch_weights.packed_for``: bf16 on matrix units, a few rows).
 
     ``w_OE`` is the [out, in] layout that ``F.linear`` and BLAS read, the layer's ``*_OE`` view of
     its [E, O] matrix (``TorchLayerWeights``): made once, so no step pays for a transposed view.
     """
+    packed = packed_for(w_OE, x_BTE)
+    if packed is not None:
+        return onednn_linear(x_BTE, packed, b_O)
     if x_BTE.dim() != 1:
         return F.linear(x_BTE, w_OE, b_O)
     if one_row_onednn(w_OE):
@@ -170,9 +174,9 @@ def lm_head(x_BTD: torch.Tensor, wte_VD: torch.Tensor) -> torch.Tensor:
     if x_BTD.dim() == 1:  # one row (``as_rows``): the product of one row, as every layer's
         return linear(x_BTD, wte_VD, None).view(1, 1, -1)
     if x_BTD.dim() == 2:  # decode rows (``as_rows``)
-        return F.linear(x_BTD, wte_VD).unsqueeze(1)
-    if x_BTD.is_cuda:
-        return F.linear(x_BTD, wte_VD)
+        return linear(x_BTD, wte_VD, None).unsqueeze(1)
+    if x_BTD.is_cuda or packed_for(wte_VD, x_BTD) is not None:
+        return linear(x_BTD, wte_VD, None)
     n_batch, n_new = x_BTD.shape[:2]
     n_bytes = n_batch * n_new * wte_VD.shape[0] * wte_VD.element_size()
     if n_bytes < _BIG_OUTPUT:
@@ -193,7 +197,7 @@ class OutInViews:
     def __getattr__(self, name: str) -> Any:  # only names the layer does not have yet
         if not name.endswith("_OE") or name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        view = getattr(self, name.removesuffix("_OE")).mT
+        view = out_in_view(getattr(self, name.removesuffix("_OE")))  # with its packed copy
         setattr(self, name, view)
         return view
 

@@ -1,5 +1,5 @@
-"""Figures of the performance chapters: rooflines, decode vs batch, cache vs recompute,
-preallocated vs concat.
+"""Figures of the performance chapters: rooflines, decode vs batch (and a few rows against one,
+measured beside the roofline's ideal), cache vs recompute, preallocated vs concat.
 
 Each function draws sections of a benchmark result (the dicts that ``kvtutor.bench.run_*`` return,
 live or loaded from a recorded JSON) and returns the matplotlib ``Figure``; none measures anything.
@@ -23,6 +23,7 @@ __all__ = [
     "plot_roofline",
     "plot_prefill_times",
     "plot_decode_batch",
+    "plot_batch_sweep",
     "plot_cache_vs_recompute",
     "plot_preallocated_vs_concat",
     "plot_append_times",
@@ -184,6 +185,38 @@ def plot_decode_batch(decode: dict[str, Any], title: str = "") -> Figure:
     return fig
 
 
+def plot_batch_sweep(sweep: dict[str, Any], title: str = "") -> Figure:
+    """A decode step's time at batch size B over its time at B = 1, measured (solid, one line per
+    dtype of the ``batches`` section: ``bench.run_batch_sweep``) beside the roofline's ideal
+    (dashed): about 1 while the step streams its weights, growing once it computes. The dotted
+    line marks 1.3, the goal up to B = 16."""
+    by_dtype = _check_section("sweep", sweep, "by_dtype")
+    if not isinstance(by_dtype, dict) or not by_dtype:
+        raise ValueError("sweep: expected a batch sweep with at least one dtype in 'by_dtype'")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    colors = {"float32": DECODE_COLOR, "bfloat16": PROMPT_COLOR, "float16": FIT_COLOR}
+    top = 1.5
+    for dtype, entry in sorted(by_dtype.items(), reverse=True):  # float32 first
+        color = colors.get(dtype, ROOF_COLOR)
+        pts = _check_section(f"sweep['by_dtype'][{dtype!r}]", entry)
+        b = [p["batch_size"] for p in pts]
+        top = max(top, *(1.1 * p[k] for p in pts for k in ("ratio_to_b1", "predicted_ratio_to_b1")))
+        ax.plot(b, [p["ratio_to_b1"] for p in pts], "s-", color=color, label=f"{dtype}, measured")
+        ax.plot(b, [p["predicted_ratio_to_b1"] for p in pts], color=color, label=f"{dtype}, roofline",
+                **PREDICTED_STYLE)  # fmt: skip
+    ax.axhline(1.3, color=ROOF_COLOR, linestyle=":", linewidth=1, label="1.3 x one row")
+    _log2_axis(ax)
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("step time / step time at B = 1")
+    ax.set_ylim(0, top)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8)
+    ax.set_title(title or f"Decode at context {sweep.get('context_len')}: B rows against one")
+    fig.tight_layout()
+    return fig
+
+
 def plot_cache_vs_recompute(recompute: dict[str, Any], title: str = "") -> Figure:
     """Tokens/s with and without the cache vs sequence length, measured and (dashed) predicted."""
     pts = _check_section("recompute", recompute)
@@ -302,6 +335,7 @@ BENCH_FIGURES: dict[str, Callable[[dict[str, Any]], Figure | None]] = {
     "roofline": _roofline_of,
     "prefill_times": _section("prefill_sweep", plot_prefill_times),
     "decode_batch": _section("decode_sweep", plot_decode_batch),
+    "batch_sweep": _section("batch_sweep", plot_batch_sweep),
     "cache_vs_recompute": _section("cache_vs_recompute", plot_cache_vs_recompute),
     "preallocated_vs_concat": _section("preallocated_vs_concat", plot_preallocated_vs_concat),
 }
