@@ -25,6 +25,7 @@ KEEP = frozenset(
     int8 int4 GEMM GEMV matmul SDPA LM MLP NumPy PyTorch torch CUDA CPU GPU AMD EPYC NVIDIA H200
     Llama Mistral Mixtral Gemma Qwen DeepSeek GPT GPT-2 StarCoder p50 p90 p99 TTFT TPOT vLLM
     logits kvtutor transformers Python Kᵀ kᵀ
+    Intel Intel(R) Xeon Xeon(R) Processor Apple
     """.split()
 )
 
@@ -144,6 +145,8 @@ ZH: dict[str, str] = {
     "time per decode step (ms)": "每个解码步的时间（ms）",
     "time proportional to B": "时间与 B 成正比",
     "step time / time at the smallest B": "步耗时 / 最小 B 时的步耗时",
+    "step time / step time at B = 1": "步耗时 / B = 1 时的步耗时",
+    "1.3 x one row": "一行的 1.3 倍",
     "tokens per second / tokens per second at B = 1": "每秒词元数 / B = 1 时的每秒词元数",
     "ideal: B times the tokens/s of B = 1": "理想：B = 1 时每秒词元数的 B 倍",
     "ideal: B x (tokens/s of one row)": "理想：B ×（一行时的每秒词元数）",
@@ -388,6 +391,9 @@ ZH_PATTERNS: dict[str, str] = {
     "{model}, {dtype}, batch {n}: recorded {hw}, {date}": "{model}，{dtype}，批大小 {n}：记录于 {hw}，{date}",
     "Eager step, capacity {n}: {hw}, {date}": "eager 模式的一步，容量 {n}：{hw}，{date}",
     "Decode at context {n}: step time and tokens/s": "上下文 {n} 时的解码：步耗时与每秒词元数",
+    "Decode at context {n}: B rows against one": "上下文 {n} 时的解码：B 行对一行",
+    "{dtype}, measured": "{dtype}，实测",
+    "{dtype}, roofline": "{dtype}，屋顶线",
     "a memory-bound target ({x} GiB, float32), one CPU thread: recorded": (
         "内存带宽密集型的目标模型（{x} GiB，float32），单个 CPU 线程：已记录"
     ),
