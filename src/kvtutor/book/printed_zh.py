@@ -583,8 +583,8 @@ VERBATIM: frozenset[str] = frozenset(
         "n_kv_heads=5 -> n_kv_heads: expected a divisor of n_heads=12, got 5",
         # the operations a traced decode step runs, by their torch names
         "addmv: 16, add_: 10, layer_norm: 9, copy_: 8, gelu_: 4",
-        "scaled_dot_product_attention: 4, __or__: 1, any: 1, embedding: 1, ge: 1",
-        "is_nonzero: 1, lt: 1, mv: 1",
+        "scaled_dot_product_attention: 4, is_nonzero: 2, __or__: 1, any: 1, embedding: 1",
+        "ge: 1, isfinite: 1, lt: 1, mv: 1, sum: 1",
         # a shell command's wrapped line
         "bandwidth,prefill_goal,generate --out",
     }

@@ -25,7 +25,7 @@ open one (stale, committed, another cache's, not a ``Plan``) is refused by ``upd
 ``advance``, naming ``plan``. Every class's ``update`` runs inside ``protocol_update``, so it
 writes only its mechanism: before it, the layer, the arrays' kind, rank, widths, batch, token
 count, dtype and device, and a layer not yet written under the plan; after it, the layer marked
-written and the answer shaped (``answer``: a NumPy mask checked, keys and values in C order).
+written and the answer checked (``answer``: a NumPy mask of the right shape).
 ``advance`` wants every layer written once. A model's pass that fails half way calls ``abort``,
 so a paged sequence gives back the blocks and copies it took: a failed call changes nothing a
 reader of the cache, or of its pool, can see. A rejected call raises ValueError or TypeError
@@ -418,14 +418,13 @@ class KVCacheBase:
         return layer, k_new, v_new
 
     def answer(self, k_S: Any, v_S: Any, mask: Any, plan: Plan) -> tuple[Any, Any, Any]:
-        """What ``update`` returns, from what a cache's own ``update`` gave: NumPy keys and values
-        in one memory layout (C order: every cache kind then sums in the same order) and a mask
-        of None or bool [T, S] (``check_mask``: a cache written outside this package that answers
-        a wrong one is caught before attention reads it); torch tensors as they are."""
-        if self.backend != "numpy":
-            return k_S, v_S, mask
-        check_mask(mask, plan.n_new, k_S.shape[-2], self)
-        return np.ascontiguousarray(k_S), np.ascontiguousarray(v_S), mask
+        """What ``update`` returns, from what a cache's own ``update`` gave, as it gave it (a view
+        of a preallocated buffer stays a view), after checking a NumPy mask: None or bool [T, S]
+        (``check_mask``: a cache written outside this package that answers a wrong one is caught
+        before attention reads it)."""
+        if self.backend == "numpy":
+            check_mask(mask, plan.n_new, k_S.shape[-2], self)
+        return k_S, v_S, mask
 
     def _check_array(self, name: str, arr: Any) -> None:
         """``arr`` is an array of this cache's backend, floating, in its dtype and on its device."""
