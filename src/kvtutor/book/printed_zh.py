@@ -581,6 +581,9 @@ VERBATIM: frozenset[str] = frozenset(
         "has evicted; expected 352 (no change), 0, or any length before the window",
         "first evicts; got 350",
         "n_kv_heads=5 -> n_kv_heads: expected a divisor of n_heads=12, got 5",
+        # the command that recorded the Intel Xeon run of 2026-12-05 (how_recorded)
+        "src/kvtutor/data/runs/bench-cpu-xeon-2026-12-05.json --plots",
+        "/tmp/benchplots",
         # the operations a traced decode step runs, by their torch names
         "addmv: 16, add_: 10, layer_norm: 9, copy_: 8, gelu_: 4",
         "scaled_dot_product_attention: 4, is_nonzero: 2, __or__: 1, any: 1, embedding: 1",

@@ -164,6 +164,8 @@ def attention_core(
     """
     n_heads, n_new, d_head = q_HTK.shape
     group_size, n_keys = n_heads // k_HSK.shape[0], k_HSK.shape[1]
+    k_HSK = np.ascontiguousarray(k_HSK)  # one layout whatever the cache:
+    v_HSK = np.ascontiguousarray(v_HSK)  # the same sums, bit for bit
     scores_HTS = attention_scores(q_HTK, repeat_kv(k_HSK, group_size))
     if mask_TS is None and n_new > 1:
         mask_TS = causal_mask(n_new, n_keys)
