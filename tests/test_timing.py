@@ -143,6 +143,16 @@ def test_count_ops_counts_operators_not_views():
         timing.count_ops(None)
 
 
+def test_count_ops_can_count_every_matrix_product_as_one_kind():
+    """Which library runs a CPU product is measured per machine; how many products run is not."""
+    w, v = torch.ones(4, 4), torch.ones(4)
+    step = lambda: (w @ v, torch.addmv(v, w, v), w @ w)  # noqa: E731
+    assert timing.count_ops(step) == {"addmv": 1, "mm": 1, "mv": 1}
+    assert timing.count_ops(step, merge_products=True) == {"matrix products": 3}
+    with pytest.raises(TypeError, match="^merge_products:"):
+        timing.count_ops(step, merge_products="yes")
+
+
 def test_dtypes_come_from_the_registry_and_the_load_average_is_public():
     m = timing.measure_matmul_flops(8, 8, 8, "cpu", "fp32", min_run_time=0.0)
     assert m["dtype"] == "float32"  # an alias of validate.DTYPES, named canonically

@@ -43,6 +43,7 @@ __all__ = [
     "measure_matmul_flops",
     "probe_machine",
     "count_ops",
+    "PRODUCT_OPS",
     "PROBE_SIZES",
 ]
 
@@ -517,12 +518,21 @@ def probe_machine(
     return out
 
 
-def count_ops(fn: Callable[[], Any]) -> dict[str, int]:
+#: The operators a matrix product may run as, whichever library a CPU picks for it (BLAS's mat-vec
+#: or matmul, oneDNN's on a packed weight): ``count_ops(merge_products=True)`` counts them as one.
+PRODUCT_OPS = frozenset({"addmv", "mv", "addmm", "mm", "bmm", "linear", "_linear_pointwise", "mkldnn_linear"})
+
+
+def count_ops(fn: Callable[[], Any], merge_products: bool = False) -> dict[str, int]:
     """Run ``fn()`` once and count the PyTorch operators it dispatches, views left out.
 
     On a GPU each such operator is roughly one kernel launch, a fixed few microseconds of CPU time
     however little work the kernel does. Returns ``{operator name: count}``, most frequent first.
+    ``merge_products`` counts every matrix product as ``"matrix products"`` (``PRODUCT_OPS``): the
+    library a CPU step runs each one through is measured per machine, the count is not.
     """
+    if not isinstance(merge_products, bool):
+        raise TypeError(f"merge_products: expected a bool, got {type(merge_products).__name__}")
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -533,6 +543,8 @@ def count_ops(fn: Callable[[], Any]) -> dict[str, int]:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if not func.is_view:
                 name = func.overloadpacket.__name__
+                if merge_products and name in PRODUCT_OPS:
+                    name = "matrix products"
                 counts[name] = counts.get(name, 0) + 1
             return func(*args, **(kwargs or {}))
 
