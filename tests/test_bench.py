@@ -215,6 +215,15 @@ def test_the_cpu_engine_sections_write_their_ratios(recorded):
     )
     assert ("SLOW" in b16["note"]) == b16["slow"]
     assert set(b16["products"]) == {"float32", "bfloat16"}
+    compiled = b16["compiled_one_row"]  # Inductor's own bf16 product against the packed one
+    if "error" not in compiled:
+        n_out, n_in, n_mats = tiny["compiled_one_row"]
+        assert compiled["shape"] == [n_out, n_in] and compiled["n_mats"] == n_mats
+        rates = compiled["bytes_per_s"]
+        assert compiled["inductor_over_packed"] == rates["inductor"] / rates["packed"] > 0
+        assert compiled["compile_s"] > 0
+    else:  # no compiler here: the message says why, and nothing else is claimed
+        assert set(compiled) == {"error"} and compiled["error"]
     sweep = r["batch_sweep"]
     assert set(sweep["by_dtype"]) == ({"float32", "bfloat16"} if timing.native_bf16() else {"float32"})
     for entry in sweep["by_dtype"].values():

@@ -230,3 +230,13 @@ def test_native_bf16_needs_the_flags_and_the_kernels(monkeypatch):
         monkeypatch.setattr(timing, "cpu_flags", lambda flags=flags: flags)
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
         assert timing.native_bf16() is (want and torch_weights.onednn_available())
+
+
+@pytest.mark.parametrize("name", ["n_out", "n_in", "n_mats", "rounds"])
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_the_compiled_product_probe_checks_its_sizes_first(name, bad):
+    """A bad size is refused by name before any model is built or compiled."""
+    from kvtutor.bench.cpu import run_compiled_one_row
+
+    with pytest.raises(ValueError, match=f"^{name}: expected a positive int, got {bad!r}$"):
+        run_compiled_one_row("bfloat16", **{name: bad})

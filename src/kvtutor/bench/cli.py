@@ -28,7 +28,7 @@ from ..measure.schema import SCHEMA_VERSION, check_result
 from ..measure.timing import bench_size, describe, load_average, probe_machine
 from ..validate import default_device, dtype_info
 from .common import MEASURED_HOOKS, ceilings, finite, make_model
-from .cpu import model_products, run_batch_sweep, run_bf16_vs_fp32
+from .cpu import model_products, run_batch_sweep, run_bf16_vs_fp32, run_compiled_one_row
 from .engine import run_big_decode, run_engine, run_generate_vs_hf_static, run_graph_vs_concat
 from .experiments import (
     add_predictions,
@@ -193,6 +193,9 @@ def _bf16(r: _Run) -> dict[str, Any]:
     out = run_bf16_vs_fp32(decode, prefill, r.sz["bandwidth_context"], n_tokens, r.mrt, r.reps)
     del decode, prefill
     r.release()
+    if not r.on_gpu:  # the product Inductor would build instead of the engine's packed oneDNN one
+        sizes = r.sz["compiled_one_row"]
+        out["compiled_one_row"] = run_compiled_one_row("bfloat16", *sizes, rounds=max(r.reps, 3))
     return {"bf16": out}
 
 

@@ -9,6 +9,8 @@ machine the bandwidth moves between rounds more than a ratio does.
 from __future__ import annotations
 
 import statistics
+import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,14 @@ from .common import check_repeats, config_dict, device_of, random_ids, rewind, t
 if TYPE_CHECKING:
     from ..models.torch_gpt2 import TorchGPT2Model
 
-__all__ = ["WORST_BATCH", "products_in_use", "model_products", "run_bf16_vs_fp32", "run_batch_sweep"]
+__all__ = [
+    "WORST_BATCH",
+    "products_in_use",
+    "model_products",
+    "run_bf16_vs_fp32",
+    "run_batch_sweep",
+    "run_compiled_one_row",
+]
 
 #: The batch sweep's goal looks at decode steps of up to this many rows against one row's.
 WORST_BATCH = 16
@@ -215,3 +224,71 @@ def _rows_product(dtype: str, n_rows: int) -> str:
     from ..models import torch_weights as tw
 
     return tw.rows_product(torch_dtype(dtype), n_rows)
+
+
+def run_compiled_one_row(
+    dtype: Any = "bfloat16", n_out: int = 4096, n_in: int = 1024, n_mats: int = 12, rounds: int = 5
+) -> dict[str, Any]:
+    """CPU: one row through ``n_mats`` [n_out, n_in] matrices in ``dtype``, two ways, timed in
+    alternating rounds (``torch_weights._alternating``: each its fastest round): oneDNN's matmul
+    on its packed copy (the engine's bf16 product, ``torch_weights.pack``) and the product
+    Inductor builds for it under ``torch.compile`` with frozen weights and ``max_autotune`` (its
+    C++ GEMM templates, on AMX its micro-kernels, against oneDNN's: the faster one runs).
+
+    Returns ``{"shape", "n_mats", "dtype", "bytes_per_s": {"packed", "inductor"},
+    "inductor_over_packed", "compile_s"}``, or ``{"error": message}`` where the compiler cannot
+    run (no C++ compiler, a torch without Inductor): the engine does not compile its CPU steps, so
+    this records what that would win, per CPU."""
+    import torch
+    from torch._inductor import config as inductor_config
+
+    from ..models import torch_weights as tw
+
+    dt = torch_dtype(dtype)
+    for name, value in (("n_out", n_out), ("n_in", n_in), ("n_mats", n_mats), ("rounds", rounds)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    g = torch.Generator().manual_seed(0)
+    layers = torch.nn.ModuleList(torch.nn.Linear(n_in, n_out) for _ in range(n_mats)).to(dt).eval()
+    x_1E = (torch.rand(1, n_in, generator=g) - 0.5).to(dt)
+    packed = [(tw.pack(layer.weight.detach()), layer.bias.detach()) for layer in layers]
+
+    class Products(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = layers
+
+        def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+            return [layer(x) for layer in self.layers]
+
+    settings = {
+        "freezing": True,
+        "max_autotune": True,
+        "max_autotune_gemm_backends": "CPP,ATEN",
+        "autotune_num_choices_displayed": 0,
+        "max_autotune_report_choices_stats": False,
+    }
+    with torch.no_grad(), inductor_config.patch(settings), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "TypedStorage is deprecated")  # Inductor's own autotuner's
+        start = time.perf_counter()
+        try:
+            compiled = torch.compile(Products(), dynamic=False)
+            want = compiled(x_1E)
+        except Exception as err:  # noqa: BLE001  (no C++ compiler, a backend failure: recorded)
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            return {"error": f"{type(err).__name__}: {first}"}
+        compile_s = time.perf_counter() - start
+
+        def by_onednn() -> list[torch.Tensor]:
+            return [tw.onednn_linear(x_1E, w, b) for w, b in packed]
+
+        pairs = zip(want, by_onednn(), strict=True)
+        if not all(torch.allclose(a.float(), b.float(), rtol=2e-2, atol=2e-2) for a, b in pairs):
+            raise AssertionError("the compiled products and oneDNN's disagree")  # a wrong kernel is no result
+        seconds = tw._alternating({"packed": by_onednn, "inductor": lambda: compiled(x_1E)}, rounds)
+    size = n_mats * n_out * n_in * x_1E.element_size()
+    rates = {name: size / s for name, s in seconds.items()}
+    return {
+        "shape": [n_out, n_in], "n_mats": n_mats, "dtype": dtype_info(dt).name, "bytes_per_s": rates,
+        "inductor_over_packed": rates["inductor"] / rates["packed"], "compile_s": compile_s,
+    }  # fmt: skip

@@ -32,6 +32,7 @@ _TINY = {
     "repeats": 2, "engine_model": "tiny", "engine_capacity": 128, "engine_context": 16,
     "engine_big_model": "tiny", "engine_generate": ("tiny", 4, 8), "engine_concat": ("tiny", 40),
     "bf16_decode_model": "tiny", "batch_model": "tiny", "batch_sizes": [1, 2, 4], "batch_context": 8,
+    "compiled_one_row": (256, 128, 2),
 }  # fmt: skip
 
 #: What each size measures: model names from MODELS, lengths, batches; (model, prompt, new tokens)
@@ -52,6 +53,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "engine_big_model": "gpt2-small", "engine_generate": ("small", 8, 32),
             "engine_concat": ("small", 256), "bf16_decode_model": "gpt2-small",
             "batch_model": "gpt2-small", "batch_sizes": [1, 2, 4, 8, 16], "batch_context": 16,
+            "compiled_one_row": (4096, 1024, 6),
         },
         "full": {
             "roofline_model": "gpt2-small", "prefill_lengths": [8, 16, 32, 64, 128, 256, 512],
@@ -65,6 +67,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
             "engine_big_model": "gpt2-medium", "engine_generate": ("gpt2-small", 8, 32),
             "engine_concat": ("small", 1024), "bf16_decode_model": "gpt2-medium",
             "batch_model": "gpt2-medium", "batch_sizes": [1, 2, 4, 8, 16, 32], "batch_context": 16,
+            "compiled_one_row": (4096, 1024, 12),
         },
     },
     "cuda": {

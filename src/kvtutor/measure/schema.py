@@ -236,6 +236,10 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "cpu_flags": _opt(_ARR, "the CPU's vector instructions (timing.cpu_flags)"),
         "cpu_capability": _opt(_STR, "torch's kernel level"),
         "products": _opt(_OBJ, "dtype -> bench.products_in_use: the products and their rates"),
+        "compiled_one_row": _opt(
+            _OBJ, "CPU: one bf16 row, oneDNN packed against Inductor's own GEMM "
+            "(bench.run_compiled_one_row), or {'error': message}"
+        ),
     },
     "batch_sweep": {
         "context_len": Key(_INT, "S of every step"),
