@@ -81,7 +81,7 @@ def test_recorded_cpu_sweep_has_no_clean_knee():
     d = recorded.cpu_bench()["decode_sweep"]
     fit = knee.fit_sweep(d)
     assert not fit.fits and not fit.resolved
-    assert knee.time_ratio(d, 8) > 2
+    assert knee.time_ratio(d, 8) > 1.5  # the roofline: about 1
 
 
 def test_growth_ratios():

@@ -127,7 +127,7 @@ def test_cpu_bench_refuses_a_list_by_name():
     with pytest.raises(
         TypeError,
         match=r"^which: expected 'current' or one of "
-        r"\['epyc-2026-12-04', 'xeon-2026-11-29', 'xeon-2026-12-05'\], got list",
+        r"\['epyc-2026-11-30', 'epyc-2026-12-04', 'xeon-2026-11-29'\], got list",
     ):
         recorded.cpu_bench(["current"])
 

@@ -73,7 +73,7 @@ def test_there_are_recorded_bench_files():
         "bench-cpu.json",
         "bench-cpu-xeon-2026-11-29.json",
         "bench-cpu-epyc-2026-12-04.json",
-        "bench-cpu-xeon-2026-12-05.json",
+        "bench-cpu-epyc-2026-11-30.json",
         "h200-2026-11-30/bench-cuda.json",
     } <= names
 

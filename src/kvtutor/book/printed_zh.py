@@ -581,7 +581,7 @@ VERBATIM: frozenset[str] = frozenset(
         "has evicted; expected 352 (no change), 0, or any length before the window",
         "first evicts; got 350",
         "n_kv_heads=5 -> n_kv_heads: expected a divisor of n_heads=12, got 5",
-        # the command that recorded the Intel Xeon run of 2026-12-05 (how_recorded)
+        # the command that recorded the Intel Xeon run of 2026-12-05, bench-cpu.json (how_recorded)
         "src/kvtutor/data/runs/bench-cpu-xeon-2026-12-05.json --plots",
         "/tmp/benchplots",
         # the operations a traced decode step runs, by their torch names

@@ -108,8 +108,8 @@ CPU_RUNS = {
     "xeon-2026-11-29": "bench-cpu-xeon-2026-11-29.json",
     # the decode step against the plain read rate, with the product of one row chosen at load time
     "epyc-2026-12-04": "bench-cpu-epyc-2026-12-04.json",
-    # the engine against its floors: prefill against the faster library, bf16, a few rows (AMX)
-    "xeon-2026-12-05": "bench-cpu-xeon-2026-12-05.json",
+    # the book's main run until the engine's one-row product (it predates it)
+    "epyc-2026-11-30": "bench-cpu-epyc-2026-11-30.json",
 }
 
 
