@@ -237,8 +237,9 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "cpu_capability": _opt(_STR, "torch's kernel level"),
         "products": _opt(_OBJ, "dtype -> bench.products_in_use: the products and their rates"),
         "compiled_one_row": _opt(
-            _OBJ, "CPU: one bf16 row, oneDNN packed against Inductor's own GEMM "
-            "(bench.run_compiled_one_row), or {'error': message}"
+            _OBJ,
+            "CPU: one bf16 row, oneDNN packed against Inductor's own GEMM "
+            "(bench.run_compiled_one_row), or {'error': message}",
         ),
     },
     "batch_sweep": {
