@@ -230,7 +230,7 @@ def run_compiled_one_row(
     dtype: Any = "bfloat16", n_out: int = 4096, n_in: int = 1024, n_mats: int = 12, rounds: int = 5
 ) -> dict[str, Any]:
     """CPU: one row through ``n_mats`` [n_out, n_in] matrices in ``dtype``, two ways, timed in
-    alternating rounds (``torch_weights._alternating``: each its fastest round): oneDNN's matmul
+    alternating rounds (``torch_weights.fastest_rounds``: each its fastest round): oneDNN's matmul
     on its packed copy (the engine's bf16 product, ``torch_weights.pack``) and the product
     Inductor builds for it under ``torch.compile`` with frozen weights and ``max_autotune`` (its
     C++ GEMM templates, on AMX its micro-kernels, against oneDNN's: the faster one runs).
@@ -285,7 +285,7 @@ def run_compiled_one_row(
         pairs = zip(want, by_onednn(), strict=True)
         if not all(torch.allclose(a.float(), b.float(), rtol=2e-2, atol=2e-2) for a, b in pairs):
             raise AssertionError("the compiled products and oneDNN's disagree")  # a wrong kernel is no result
-        seconds = tw._alternating({"packed": by_onednn, "inductor": lambda: compiled(x_1E)}, rounds)
+        seconds = tw.fastest_rounds({"packed": by_onednn, "inductor": lambda: compiled(x_1E)}, rounds)
     size = n_mats * n_out * n_in * x_1E.element_size()
     rates = {name: size / s for name, s in seconds.items()}
     return {

@@ -53,6 +53,7 @@ __all__ = [
     "rows_rates",
     "shape_rates",
     "measure_rows_products",
+    "fastest_rounds",
     "PackedWeight",
     "packed_uses",
     "pack",
@@ -161,7 +162,7 @@ def measure_one_row_products(
     """Bytes/s of one row through each product on torch's threads, over [4096, 1024] matrices of
     ``n_bytes`` in all (more than a last-level cache holds, as a decode step's weights are), each
     in the layout ``row_major`` gives it: {"blas": ..., "onednn": ..., "packed": ...}, each its
-    fastest of ``rounds`` alternating rounds (``_alternating``; ``{"blas": ...}`` alone where oneDNN
+    fastest of ``rounds`` alternating rounds (``fastest_rounds``; ``{"blas": ...}`` alone where oneDNN
     cannot run)."""
     n_out, n_in = 4096, 1024
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -176,7 +177,7 @@ def measure_one_row_products(
         packed = [pack(w) for w in out_in]
         candidates["packed"] = lambda: [onednn_linear(x_E, w, bias_O) for w in packed]
     size = n_mats * n_out * n_in * itemsize
-    return {name: size / s for name, s in _alternating(candidates, rounds).items()}
+    return {name: size / s for name, s in fastest_rounds(candidates, rounds).items()}
 
 
 # ---------------------------------------------------------------- two or more rows: BLAS or packed
@@ -239,7 +240,7 @@ def rows_rates(dtype: torch.dtype = torch.float32) -> dict[str, dict[str, float]
 def shape_rates(dtype: torch.dtype, n_in: int, n_out: int, as_is: bool, bias: bool) -> dict[str, float]:
     """FLOP/s of many rows (256) through an [n_in, n_out] matrix in ``dtype``, stored as it is (else
     transposed), with a bias or not, as BLAS's GEMM and as oneDNN's on a packed copy: the rates
-    ``rows_product`` chose by for such a matrix, measured once per process (``_alternating``)."""
+    ``rows_product`` chose by for such a matrix, measured once per process (``fastest_rounds``)."""
     g = torch.Generator().manual_seed(0)
     w_EO = (torch.rand(n_in, n_out, generator=g) - 0.5).to(dtype)
     w_OE = w_EO.mT if as_is else w_EO.mT.contiguous()
@@ -251,7 +252,7 @@ def shape_rates(dtype: torch.dtype, n_in: int, n_out: int, as_is: bool, bias: bo
         "packed": lambda: onednn_linear(x_RE, packed, b_O),
     }
     flops = 2 * 256 * n_in * n_out
-    return {name: flops / s for name, s in _alternating(candidates, 3).items()}
+    return {name: flops / s for name, s in fastest_rounds(candidates, 3).items()}
 
 
 def measure_rows_products(
@@ -275,13 +276,13 @@ def measure_rows_products(
         candidates = {"blas": lambda x=x_RE, m=mats: [F.linear(x, w, bias_O) for w in w_OE[:m]]}
         if can_pack:
             candidates["packed"] = lambda x=x_RE, m=mats: [onednn_linear(x, w, bias_O) for w in packed[:m]]
-        seconds = _alternating(candidates, rounds)
+        seconds = fastest_rounds(candidates, rounds)
         work = mats * n_out * n_in * (itemsize if regime == "few" else 2 * n_rows)  # bytes or FLOPs
         out[regime] = {name: work / s for name, s in seconds.items()}
     return out
 
 
-def _alternating(candidates: dict[str, Any], rounds: int) -> dict[str, float]:
+def fastest_rounds(candidates: dict[str, Any], rounds: int) -> dict[str, float]:
     """Seconds of each candidate: its fastest of ``rounds`` alternating rounds, after one warm-up
     round. The fastest, not the median: what other work on the machine does only ever adds time,
     and a choice made once should not follow it."""
