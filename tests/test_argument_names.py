@@ -144,8 +144,8 @@ def test_a_torch_cache_still_takes_a_present_device():
     torch = pytest.importorskip("torch")
     for name, make in _cache_makers().items():
         if name != "build_hf_gpt2":
-            assert make("cpu").ops.device == torch.device("cpu")
-            assert make(torch.device("cpu")).ops.device == torch.device("cpu")
+            assert make("cpu").device == torch.device("cpu")
+            assert make(torch.device("cpu")).device == torch.device("cpu")
 
 
 # ---------------------------------------------------------------- the book's data functions

@@ -1,43 +1,69 @@
-"""The few array operations a cache policy needs, for NumPy arrays and for torch tensors.
+"""The arrays a cache policy works on, NumPy arrays or torch tensors, through one namespace.
 
 A sliding window, an int8 cache and a paged pool decide *where* each position lives with small
 integer arrays on the host (NumPy), whatever the model; only the keys and values themselves live
 in the model's arrays: NumPy arrays for a NumPy model, tensors on the model's device (in its dtype)
-for a torch model. Slicing and integer-array indexing read the same in both; the rest (allocation,
-concatenation, casts, the rounding of int8) is here, once per backend, so that each policy is
-written once and runs natively on either (``ops_for``). Nothing here imports torch unless a torch
-dtype is given.
+for a torch model. Every policy is written once against the array API standard (``xp``:
+``array_api_compat.numpy`` or ``array_api_compat.torch``, as SciPy and scikit-learn do), so that it
+reads as NumPy and runs natively on either: ``xp.zeros(shape, dtype=..., device=...)``,
+``xp.concat``, ``xp.astype``. ``ArraysOf`` gives a cache or a pool its ``backend``, ``dtype``,
+``device`` and ``xp``; the int8 rounding (``quantize_int8``) is one function for both. Nothing here
+imports torch unless a torch dtype is given.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
+import array_api_compat
+import array_api_compat.numpy as numpy_xp
 import numpy as np
 
 from ..validate import check_float_dtype, torch_device
 
-__all__ = ["QMAX", "quantize_int8", "dequantize_int8", "NumpyOps", "TorchOps", "ops_for", "is_torch_dtype"]
+__all__ = [
+    "QMAX",
+    "quantize_int8",
+    "dequantize_int8",
+    "is_torch_dtype",
+    "itemsize",
+    "namespace",
+    "ArraysOf",
+]
 
 #: The largest int8 magnitude used: symmetric, so -128 is never stored.
 QMAX = 127
 
 
-def quantize_int8(x: np.ndarray, axis: int, scale_dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
+def quantize_int8(x: Any, axis: int, scale_dtype: Any = None) -> tuple[Any, Any]:
     """x -> q (int8, x's shape), scale (x's shape with ``axis`` of size 1): symmetric int8 over
-    ``axis``. scale = max|x| / 127 along ``axis``, q = round(x / scale) clipped to [-127, 127]; a
-    slice of zeros gets scale 0 and q 0. ``dequantize_int8(q, scale)`` is within scale / 2 of x."""
-    x64 = np.asarray(x, dtype=np.float64)
-    scale = (np.max(np.abs(x64), axis=axis, keepdims=True) / QMAX).astype(scale_dtype)
-    step = scale.astype(np.float64)
-    safe = np.where(step > 0, step, 1.0)  # a zero slice: q = round(0 / 1) = 0
-    q = np.clip(np.rint(x64 / safe), -QMAX, QMAX).astype(np.int8)
+    ``axis``, for a NumPy array or a tensor on any device. scale = max|x| / 127 along ``axis`` (in
+    ``scale_dtype``, default float32), q = round(x / scale), half to even, clipped to [-127, 127];
+    a slice of zeros gets scale 0 and q 0. ``dequantize_int8(q, scale)`` is within scale / 2 of
+    x. The arithmetic runs in float64 (float32 on Apple's MPS, which has no float64)."""
+    x = x if hasattr(x, "shape") else np.asarray(x)
+    xp = array_namespace_of(x)
+    wide = xp.float32 if str(array_api_compat.device(x)).startswith("mps") else xp.float64
+    x64 = xp.astype(x, wide)
+    scale_dtype = xp.float32 if scale_dtype is None else scale_dtype
+    scale = xp.astype(xp.max(xp.abs(x64), axis=axis, keepdims=True) / QMAX, scale_dtype)
+    step = xp.astype(scale, wide)
+    safe = xp.where(step > 0, step, xp.ones_like(step))  # a zero slice: q = round(0 / 1) = 0
+    q = xp.astype(xp.clip(xp.round(x64 / safe), -QMAX, QMAX), xp.int8)
     return q, scale
 
 
-def dequantize_int8(q: np.ndarray, scale: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+def dequantize_int8(q: Any, scale: Any, dtype: Any = np.float32) -> Any:
     """int8 q, a scale that broadcasts against it -> q * scale, in ``dtype``."""
-    return (q.astype(scale.dtype) * scale).astype(dtype, copy=False)
+    xp = array_namespace_of(q, scale)
+    return xp.astype(xp.astype(q, scale.dtype) * scale, dtype, copy=False)
+
+
+def array_namespace_of(*arrays: Any) -> ModuleType:
+    """The array API namespace of ``arrays`` (``array_api_compat.array_namespace``); a list or a
+    number counts as NumPy."""
+    return array_api_compat.array_namespace(*(a if hasattr(a, "shape") else np.asarray(a) for a in arrays))
 
 
 def is_torch_dtype(dtype: Any) -> bool:
@@ -45,131 +71,56 @@ def is_torch_dtype(dtype: Any) -> bool:
     return type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
 
 
-class NumpyOps:
-    """Host arrays in a floating NumPy dtype."""
+def itemsize(dtype: Any) -> int:
+    """Bytes per element of a NumPy or torch ``dtype``."""
+    return int(dtype.itemsize) if is_torch_dtype(dtype) else np.dtype(dtype).itemsize
 
-    def __deepcopy__(self, memo: dict) -> Any:
-        return self  # no state but the dtype and device: a deep copy of a cache shares it
 
-    backend = "numpy"
-    device = "cpu"
+def namespace(backend: str) -> ModuleType:
+    """``array_api_compat.numpy`` for "numpy", ``array_api_compat.torch`` for "torch"."""
+    if backend == "torch":
+        import array_api_compat.torch as torch_xp
 
-    def __init__(self, dtype: Any) -> None:
-        self.dtype = check_float_dtype(dtype)
+        return torch_xp
+    return numpy_xp
+
+
+class ArraysOf:
+    """What a cache or a pool keeps its arrays in: ``backend`` ("numpy" or "torch"), ``dtype`` (a
+    floating dtype of that backend), ``device`` (a ``torch.device``, or "cpu" for NumPy),
+    ``scale_dtype`` (an int8 cache's scales: float32, float64 for a float64 cache), and ``xp``, the
+    backend's array API namespace (a property: a cache's deep copy shares it)."""
+
+    backend: str
+    dtype: Any
+    device: Any
+    scale_dtype: Any
+
+    def _init_arrays(self, dtype: Any, device: Any = None) -> None:
+        """Set the four from ``dtype`` (a torch dtype -> tensors on ``device``, default the CPU;
+        anything else -> NumPy arrays, a floating dtype, or a TypeError/ValueError naming
+        ``dtype``); ``device`` is for torch only."""
+        if is_torch_dtype(dtype):
+            if not dtype.is_floating_point:
+                raise ValueError(f"dtype: expected a floating-point dtype, got {dtype}")
+            import torch
+
+            self.backend, self.dtype = "torch", dtype
+            self.device = torch_device("cpu" if device is None else device)  # present, or by name
+            self.scale_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+            return
+        if device is not None and str(device) != "cpu":
+            raise ValueError(
+                f"device: a NumPy cache lives on the host, expected None or 'cpu', got {device!r}"
+            )
+        self.backend, self.dtype, self.device = "numpy", check_float_dtype(dtype), "cpu"
         self.scale_dtype = np.promote_types(self.dtype, np.float32)
 
-    def zeros(self, shape: tuple[int, ...], dtype: Any = None) -> np.ndarray:
-        return np.zeros(shape, dtype=self.dtype if dtype is None else dtype)
-
-    def cat(self, arrays: list[np.ndarray], axis: int) -> np.ndarray:
-        return np.concatenate(arrays, axis=axis)
-
-    def stack(self, arrays: list[np.ndarray], axis: int = 0) -> np.ndarray:
-        return np.stack(arrays, axis=axis)
-
-    def cast(self, x: np.ndarray, dtype: Any = None) -> np.ndarray:
-        """A copy of ``x`` in ``dtype`` (default the cache's): the caller may reuse its array."""
-        return np.array(x, dtype=self.dtype if dtype is None else dtype)
-
-    def mask(self, mask: np.ndarray) -> np.ndarray:
-        return mask
-
-    def is_finite(self, x: np.ndarray) -> bool:
-        return bool(np.isfinite(x).all())
-
-    def permute(self, x: np.ndarray, *order: int) -> np.ndarray:
-        return x.transpose(*order)
-
-    def expand(self, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        """A copy of ``x`` broadcast to ``shape``."""
-        return np.broadcast_to(x, shape).copy()
-
-    def repeat(self, x: np.ndarray, n: int, axis: int) -> np.ndarray:
-        return np.repeat(x, n, axis=axis)
-
-    def amax(self, x: np.ndarray, axis: int) -> np.ndarray:
-        return x.max(axis=axis)
-
-    def itemsize(self, dtype: Any) -> int:
-        return np.dtype(dtype).itemsize
-
-    def quantize(self, x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-        """``quantize_int8`` with this cache's scale dtype."""
-        return quantize_int8(x, axis, self.scale_dtype)
-
-    def dequantize(self, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        return dequantize_int8(q, scale, self.dtype)
-
-
-class TorchOps:
-    """Tensors in a floating torch dtype on one device."""
-
-    def __deepcopy__(self, memo: dict) -> Any:
-        return self  # no state but the dtype and device: a deep copy of a cache shares it
-
-    backend = "torch"
-
-    def __init__(self, dtype: Any, device: Any) -> None:
-        import torch
-
-        if not dtype.is_floating_point:
-            raise ValueError(f"dtype: expected a floating-point dtype, got {dtype}")
-        self.torch, self.dtype, self.device = torch, dtype, torch_device(device)  # present, or by name
-        self.scale_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        self.wide = torch.float64 if self.device.type != "mps" else torch.float32
+    @property
+    def xp(self) -> ModuleType:
+        """The array API namespace of this cache's arrays."""
+        return namespace(self.backend)
 
     def zeros(self, shape: tuple[int, ...], dtype: Any = None) -> Any:
-        return self.torch.zeros(shape, dtype=self.dtype if dtype is None else dtype, device=self.device)
-
-    def cat(self, arrays: list[Any], axis: int) -> Any:
-        return self.torch.cat(arrays, dim=axis)
-
-    def stack(self, arrays: list[Any], axis: int = 0) -> Any:
-        return self.torch.stack(arrays, dim=axis)
-
-    def cast(self, x: Any, dtype: Any = None) -> Any:
-        return x.to(dtype=self.dtype if dtype is None else dtype, copy=True)
-
-    def mask(self, mask: np.ndarray) -> Any:
-        return self.torch.from_numpy(np.ascontiguousarray(mask)).to(self.device)
-
-    def is_finite(self, x: Any) -> bool:
-        return bool(self.torch.isfinite(x).all())
-
-    def permute(self, x: Any, *order: int) -> Any:
-        return x.permute(*order)
-
-    def expand(self, x: Any, shape: tuple[int, ...]) -> Any:
-        return x.expand(shape).clone()
-
-    def repeat(self, x: Any, n: int, axis: int) -> Any:
-        return x.repeat_interleave(n, dim=axis)
-
-    def amax(self, x: Any, axis: int) -> Any:
-        return x.amax(dim=axis)
-
-    def itemsize(self, dtype: Any) -> int:
-        return self.torch.empty((), dtype=dtype).element_size()
-
-    def quantize(self, x: Any, axis: int) -> tuple[Any, Any]:
-        """``quantize_int8`` on the device: the same rounding (half to even), in float64 where the
-        device has it."""
-        x64 = x.to(self.wide)
-        scale = (x64.abs().amax(dim=axis, keepdim=True) / QMAX).to(self.scale_dtype)
-        step = scale.to(self.wide)
-        safe = self.torch.where(step > 0, step, self.torch.ones_like(step))
-        return self.torch.round(x64 / safe).clamp(-QMAX, QMAX).to(self.torch.int8), scale
-
-    def dequantize(self, q: Any, scale: Any) -> Any:
-        return (q.to(scale.dtype) * scale).to(self.dtype)
-
-
-def ops_for(dtype: Any, device: Any = None) -> NumpyOps | TorchOps:
-    """The operations of the backend that ``dtype`` names: a torch dtype -> tensors on ``device``
-    (default the CPU), anything else -> NumPy arrays (a floating dtype, or a TypeError/ValueError
-    naming ``dtype``). ``device`` is for torch only."""
-    if is_torch_dtype(dtype):
-        return TorchOps(dtype, "cpu" if device is None else device)
-    if device is not None and str(device) != "cpu":
-        raise ValueError(f"device: a NumPy cache lives on the host, expected None or 'cpu', got {device!r}")
-    return NumpyOps(dtype)
+        """``xp.zeros`` of ``shape`` in ``dtype`` (default the cache's), on the cache's device."""
+        return self.xp.zeros(shape, dtype=self.dtype if dtype is None else dtype, device=self.device)

@@ -21,7 +21,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from ..validate import check_int
-from .backend import NumpyOps, TorchOps, is_torch_dtype, ops_for
+from .backend import ArraysOf, is_torch_dtype
 from .protocol import KVCacheBase, Plan, check_cache_args, check_mask
 
 __all__ = [
@@ -36,14 +36,13 @@ __all__ = [
 ]
 
 
-class OneSequenceCache(KVCacheBase):
-    """A cache of one sequence in either backend (``backend.ops_for(dtype, device)``): its
+class OneSequenceCache(ArraysOf, KVCacheBase):
+    """A cache of one sequence in either backend (``backend.ArraysOf``): its
     ``update`` takes and returns [H, T, K] arrays for a NumPy model and [1, H, T, K] tensors for a
     torch model, its masks [T, S] or [1, 1, T, S]. Subclasses write the mechanism on [H, T, K]:
     ``check_update`` strips the batch axis, ``answer`` puts it back."""
 
     batch_size = 1
-    ops: NumpyOps | TorchOps
 
     def _init_sequence(
         self, n_layers: Any, n_kv_heads: Any, capacity: Any, d_head: Any, dtype: Any, device: Any
@@ -51,8 +50,7 @@ class OneSequenceCache(KVCacheBase):
         self.n_layers, self.n_kv_heads, self._capacity, self.d_head = check_cache_args(
             n_layers, n_kv_heads, capacity, d_head
         )
-        self.ops = ops_for(dtype, device)
-        self.backend, self.dtype, self.device = self.ops.backend, self.ops.dtype, self.ops.device
+        self._init_arrays(dtype, device)
         self.batched = self.backend == "torch"  # a torch model's arrays carry the batch axis
         self._init_lengths()
 
@@ -73,7 +71,7 @@ class OneSequenceCache(KVCacheBase):
         if not self.batched:
             return super().answer(k_HSK, v_HSK, mask_TS, plan)
         check_mask(mask_TS, plan.n_new, k_HSK.shape[-2], self)
-        mask = None if mask_TS is None else self.ops.mask(mask_TS)[None, None]  # (1, 1, T, S)
+        mask = None if mask_TS is None else self.xp.asarray(mask_TS, device=self.device)[None, None]
         return k_HSK[None], v_HSK[None], mask
 
     def _read(self, which: str, layer: int, row: int | None) -> Any:
@@ -99,7 +97,7 @@ class PreallocatedKVCache(OneSequenceCache):
     ) -> None:  # fmt: skip
         self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
         shape = (self.n_layers, self.n_kv_heads, self._capacity, self.d_head)
-        self.k_LHMK, self.v_LHMK = self.ops.zeros(shape), self.ops.zeros(shape)
+        self.k_LHMK, self.v_LHMK = self.zeros(shape), self.zeros(shape)
 
     @classmethod
     def for_model(cls, model: Any, capacity: int | None = None) -> Any:
@@ -140,7 +138,7 @@ class ConcatKVCache(OneSequenceCache):
         device: Any = None,
     ) -> None:  # fmt: skip
         self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
-        empty = self.ops.zeros((self.n_kv_heads, 0, self.d_head))
+        empty = self.zeros((self.n_kv_heads, 0, self.d_head))
         self.keys_held = [empty] * self.n_layers
         self.values_held = [empty] * self.n_layers
 

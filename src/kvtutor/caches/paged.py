@@ -30,7 +30,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from ..validate import check_int
-from .backend import ops_for
+from .backend import ArraysOf, itemsize
 from .kv import OneSequenceCache, model_cache_shape
 from .protocol import Plan
 
@@ -150,7 +150,7 @@ class BlockUsage:
         return self.bytes_reserved - self.bytes_used
 
 
-class PagedKVPool:
+class PagedKVPool(ArraysOf):
     """Physical KV memory: keys and values of N blocks x P positions, [L, N, H, P, K] each."""
 
     def __init__(
@@ -167,11 +167,11 @@ class PagedKVPool:
         for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head)):
             check_int(name, value, 1)
         self.block_size = check_int("block_size", block_size, 1)
-        self.ops = ops_for(dtype, device)
+        self._init_arrays(dtype, device)
         self.allocator = BlockAllocator(n_blocks)
         self.n_layers, self.n_kv_heads, self.d_head = int(n_layers), int(n_kv_heads), int(d_head)
         shape = (self.n_layers, self.allocator.n_blocks, self.n_kv_heads, self.block_size, self.d_head)
-        self.k_LNHPK, self.v_LNHPK = self.ops.zeros(shape), self.ops.zeros(shape)
+        self.k_LNHPK, self.v_LNHPK = self.zeros(shape), self.zeros(shape)
         full = self.allocator.n_blocks * self.block_size
         self.max_seq_len = full if max_seq_len is None else check_int("max_seq_len", max_seq_len, 1)
         self.sequences: list[PagedKVCache] = []
@@ -201,8 +201,7 @@ class PagedKVPool:
     @property
     def block_bytes(self) -> int:
         """Bytes of one block: K and V for P positions in every layer and KV head."""
-        itemsize = self.ops.itemsize(self.ops.dtype)
-        return 2 * self.n_layers * self.n_kv_heads * self.block_size * self.d_head * itemsize
+        return 2 * self.n_layers * self.n_kv_heads * self.block_size * self.d_head * itemsize(self.dtype)
 
     @property
     def token_bytes(self) -> int:
@@ -266,8 +265,8 @@ class PagedKVCache(OneSequenceCache):
     def __init__(self, pool: PagedKVPool, capacity: int) -> None:
         self.pool = pool
         self.n_layers, self.n_kv_heads, self.d_head = pool.n_layers, pool.n_kv_heads, pool.d_head
-        self.ops, self._capacity = pool.ops, capacity
-        self.backend, self.dtype, self.device = self.ops.backend, self.ops.dtype, self.ops.device
+        self._capacity = capacity
+        self._init_arrays(pool.dtype, pool.device if pool.backend == "torch" else None)  # the pool's
         self.batched = self.backend == "torch"
         self._init_lengths()
         self.block_table: list[int] = []

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int, check_max_new_tokens, check_prompts, check_seed, greedy
-from .backend import QMAX, dequantize_int8, quantize_int8
+from .backend import QMAX, dequantize_int8, itemsize, quantize_int8
 from .kv import OneSequenceCache, check_numpy_model, model_cache_shape
 from .protocol import Plan
 
@@ -98,23 +98,23 @@ class QuantizedKVCache(OneSequenceCache):
         if key_mode not in KEY_MODES:
             raise ValueError(f"key_mode: expected one of {list(KEY_MODES)}, got {key_mode!r}")
         self.group_size = check_int("group_size", group_size, 1)
-        self.key_mode, self.scale_dtype, ops = key_mode, self.ops.scale_dtype, self.ops
+        self.key_mode = key_mode
         shape_LHMK = (self.n_layers, self.n_kv_heads, self._capacity, self.d_head)
-        int8 = np.int8 if self.backend == "numpy" else ops.torch.int8
-        self.v_q_LHMK = ops.zeros(shape_LHMK, int8)
-        self.v_scale_LHM = ops.zeros(shape_LHMK[:3], self.scale_dtype)
-        self.k_q_LHMK = ops.zeros(shape_LHMK, int8)
+        int8 = self.xp.int8
+        self.v_q_LHMK = self.zeros(shape_LHMK, int8)
+        self.v_scale_LHM = self.zeros(shape_LHMK[:3], self.scale_dtype)
+        self.k_q_LHMK = self.zeros(shape_LHMK, int8)
         if key_mode == "per_token":
-            self.k_scale_LHM = ops.zeros(shape_LHMK[:3], self.scale_dtype)
+            self.k_scale_LHM = self.zeros(shape_LHMK[:3], self.scale_dtype)
         else:
             n_groups = self._capacity // self.group_size
             shape_LHNK = (self.n_layers, self.n_kv_heads, n_groups, self.d_head)
-            self.k_scale_LHNK = ops.zeros(shape_LHNK, self.scale_dtype)
-            self.k_carry_LHNK = ops.zeros(shape_LHNK, self.scale_dtype)  # rounding carried in
-        empty = ops.zeros((self.n_kv_heads, 0, self.d_head))
+            self.k_scale_LHNK = self.zeros(shape_LHNK, self.scale_dtype)
+            self.k_carry_LHNK = self.zeros(shape_LHNK, self.scale_dtype)  # rounding carried in
+        empty = self.zeros((self.n_kv_heads, 0, self.d_head))
         self._k_float = [empty] * self.n_layers  # per layer [H, len - quantized, K]: the unfilled group
         # per layer and float row, the rounding it already carries (a truncate into a group)
-        self._k_carry = [ops.zeros((self.n_kv_heads, 0, self.d_head), self.scale_dtype)] * self.n_layers
+        self._k_carry = [self.zeros((self.n_kv_heads, 0, self.d_head), self.scale_dtype)] * self.n_layers
 
     @classmethod
     def for_model(
@@ -140,16 +140,16 @@ class QuantizedKVCache(OneSequenceCache):
         """[H, length, K]: dequantized keys, then the float rows of the unfilled group."""
         if self.key_mode == "per_token":
             q_HSK = self.k_q_LHMK[layer, :, :length]
-            return self.ops.dequantize(q_HSK, self.k_scale_LHM[layer, :, :length, None])
+            return dequantize_int8(q_HSK, self.k_scale_LHM[layer, :, :length, None], self.dtype)
         n_q, g = self.n_quantized_keys(length), self.group_size
         q_HNGK = self.k_q_LHMK[layer, :, :n_q].reshape(self.n_kv_heads, n_q // g, g, self.d_head)
         scale_HN1K = self.k_scale_LHNK[layer, :, : n_q // g, None, :]
-        k_HSK = self.ops.dequantize(q_HNGK, scale_HN1K).reshape(self.n_kv_heads, n_q, self.d_head)
-        return self.ops.cat([k_HSK, float_rows], axis=1)
+        k_HSK = dequantize_int8(q_HNGK, scale_HN1K, self.dtype).reshape(self.n_kv_heads, n_q, self.d_head)
+        return self.xp.concat([k_HSK, float_rows], axis=1)
 
     def _read_values(self, layer: int, length: int) -> Any:
         q_HSK = self.v_q_LHMK[layer, :, :length]
-        return self.ops.dequantize(q_HSK, self.v_scale_LHM[layer, :, :length, None])
+        return dequantize_int8(q_HSK, self.v_scale_LHM[layer, :, :length, None], self.dtype)
 
     def read(self, which: str, layer: int) -> Any:
         """[H, len, K]: the committed keys or values, dequantized (a new array)."""
@@ -162,15 +162,16 @@ class QuantizedKVCache(OneSequenceCache):
         quantized with, so |keys(layer) - the rows written| <= bound elementwise; 0 for keys still
         held in float."""
         layer = self.check_layer(layer)
-        n, ops = self.length, self.ops
+        n, xp = self.length, self.xp
         shape = (self.n_kv_heads, n, self.d_head)
-        v_HSK = ops.expand(self.v_scale_LHM[layer, :, :n, None] / 2, shape)
+        v_HSK = xp.asarray(xp.broadcast_to(self.v_scale_LHM[layer, :, :n, None] / 2, shape), copy=True)
         if self.key_mode == "per_token":
-            return ops.expand(self.k_scale_LHM[layer, :, :n, None] / 2, shape), v_HSK
+            k_HSK = xp.broadcast_to(self.k_scale_LHM[layer, :, :n, None] / 2, shape)
+            return xp.asarray(k_HSK, copy=True), v_HSK
         n_q, g = self.n_quantized_keys(n), self.group_size
-        k_HSK = ops.zeros(shape, self.scale_dtype)
+        k_HSK = self.zeros(shape, self.scale_dtype)
         group_HNK = self.k_scale_LHNK[layer, :, : n_q // g] / 2 + self.k_carry_LHNK[layer, :, : n_q // g]
-        k_HSK[:, :n_q] = ops.repeat(group_HNK, g, axis=1)
+        k_HSK[:, :n_q] = xp.repeat(group_HNK, g, axis=1)
         k_HSK[:, n_q:] = self._k_carry[layer]
         return k_HSK, v_HSK
 
@@ -179,33 +180,33 @@ class QuantizedKVCache(OneSequenceCache):
         """[H,T,K] x2 -> [H,S,K] x2 and the mask: quantize and store at len .. len+T-1 (keys of an
         unfilled group stay float); return every key and value, dequantized."""
         for name, arr in (("k_new", k_HTK), ("v_new", v_HTK)):
-            if not self.ops.is_finite(arr):
+            if not bool(self.xp.all(self.xp.isfinite(arr))):
                 raise ValueError(f"{name}: expected finite numbers to quantize, got nan or inf")
-        start, end, ops = plan.start, plan.start + plan.n_new, self.ops
-        k_HTK, v_HTK = ops.cast(k_HTK), ops.cast(v_HTK)
+        start, end, xp = plan.start, plan.start + plan.n_new, self.xp
+        k_HTK, v_HTK = xp.astype(k_HTK, self.dtype, copy=True), xp.astype(v_HTK, self.dtype, copy=True)
         # everything below writes at positions >= len only: the committed state stays as it was
-        v_q, v_scale = ops.quantize(v_HTK, -1)
+        v_q, v_scale = quantize_int8(v_HTK, -1, self.scale_dtype)
         self.v_q_LHMK[layer, :, start:end] = v_q
         self.v_scale_LHM[layer, :, start:end] = v_scale[..., 0]
         if self.key_mode == "per_token":
-            k_q, k_scale = ops.quantize(k_HTK, -1)
+            k_q, k_scale = quantize_int8(k_HTK, -1, self.scale_dtype)
             self.k_q_LHMK[layer, :, start:end] = k_q
             self.k_scale_LHM[layer, :, start:end] = k_scale[..., 0]
             float_rows, carry_rows = self._k_float[layer], self._k_carry[layer]  # empty: none held
         else:
             # the unfilled group's float rows, then the new ones: positions first .. end-1
             first, done = self.n_quantized_keys(start), self.n_quantized_keys(end)
-            rows_HSK = ops.cat([self._k_float[layer], k_HTK], axis=1)
-            fresh = ops.zeros((self.n_kv_heads, plan.n_new, self.d_head), self.scale_dtype)
-            carry_HSK = ops.cat([self._k_carry[layer], fresh], axis=1)
+            rows_HSK = xp.concat([self._k_float[layer], k_HTK], axis=1)
+            fresh = self.zeros((self.n_kv_heads, plan.n_new, self.d_head), self.scale_dtype)
+            carry_HSK = xp.concat([self._k_carry[layer], fresh], axis=1)
             if done > first:  # groups that fill now: quantize each over its tokens, per channel
                 g, n_full = self.group_size, done - first
                 x_HNGK = rows_HSK[:, :n_full].reshape(self.n_kv_heads, n_full // g, g, self.d_head)
-                k_q, k_scale = ops.quantize(x_HNGK, 2)
+                k_q, k_scale = quantize_int8(x_HNGK, 2, self.scale_dtype)
                 self.k_q_LHMK[layer, :, first:done] = k_q.reshape(self.n_kv_heads, n_full, self.d_head)
                 self.k_scale_LHNK[layer, :, first // g : done // g] = k_scale[:, :, 0]
                 carried = carry_HSK[:, :n_full].reshape(self.n_kv_heads, n_full // g, g, self.d_head)
-                self.k_carry_LHNK[layer, :, first // g : done // g] = ops.amax(carried, 2)
+                self.k_carry_LHNK[layer, :, first // g : done // g] = xp.max(carried, axis=2)
             float_rows, carry_rows = rows_HSK[:, done - first :], carry_HSK[:, done - first :]
         plan.staged[layer] = (float_rows, carry_rows)  # the residual after this pass, for advance
         k_HSK, v_HSK = self._read_keys(layer, end, float_rows), self._read_values(layer, end)
@@ -219,14 +220,14 @@ class QuantizedKVCache(OneSequenceCache):
         if self.key_mode == "per_channel" and first < self.n_quantized_keys(self.length):
             # the cut falls in a quantized group: its rows before the cut go back to float, each
             # carrying the group's rounding (and what the group carried in)
-            g, ops = self.group_size, self.ops
+            g, xp = self.group_size, self.xp
             k_float, k_carry = list(self._k_float), list(self._k_carry)
             for layer in range(self.n_layers):
                 q_HSK = self.k_q_LHMK[layer, :, first:length]
                 scale_H1K = self.k_scale_LHNK[layer, :, first // g, None, :]
-                k_float[layer] = ops.dequantize(q_HSK, scale_H1K)
+                k_float[layer] = dequantize_int8(q_HSK, scale_H1K, self.dtype)
                 carry_H1K = scale_H1K / 2 + self.k_carry_LHNK[layer, :, first // g, None, :]
-                k_carry[layer] = ops.expand(carry_H1K, tuple(q_HSK.shape))
+                k_carry[layer] = xp.asarray(xp.broadcast_to(carry_H1K, tuple(q_HSK.shape)), copy=True)
             self._k_float, self._k_carry = k_float, k_carry
         else:
             self._k_float = [rows[:, : length - first] for rows in self._k_float]
@@ -238,7 +239,7 @@ class QuantizedKVCache(OneSequenceCache):
         """Bytes the stored positions take: int8 payload, scales and float residual (the buffers
         are allocated for the whole capacity up front: see ``reserved_nbytes``)."""
         n, n_q = self.length, self.n_quantized_keys(self.length)
-        scale_size = self.ops.itemsize(self.scale_dtype)
+        scale_size = itemsize(self.scale_dtype)
         per_row = self.n_layers * self.n_kv_heads  # rows of K numbers per position
         value_bytes = per_row * n * (self.d_head + scale_size)
         if self.key_mode == "per_token":
@@ -250,8 +251,7 @@ class QuantizedKVCache(OneSequenceCache):
     @property
     def float_nbytes(self) -> int:
         """Bytes a float cache of ``dtype`` holding the same positions would take (keys and values)."""
-        itemsize = self.ops.itemsize(self.dtype)
-        return 2 * self.n_layers * self.n_kv_heads * self.length * self.d_head * itemsize
+        return 2 * self.n_layers * self.n_kv_heads * self.length * self.d_head * itemsize(self.dtype)
 
     @property
     def reserved_nbytes(self) -> int:

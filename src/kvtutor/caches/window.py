@@ -134,7 +134,7 @@ class SlidingWindowKVCache(OneSequenceCache):
         self._init_sequence(n_layers, n_kv_heads, capacity, d_head, dtype, device)
         self.window, self.n_sink = check_window(window, n_sink, self._capacity)
         shape = (self.n_layers, self.n_kv_heads, self.window, self.d_head)
-        self.k_LHWK, self.v_LHWK = self.ops.zeros(shape), self.ops.zeros(shape)
+        self.k_LHWK, self.v_LHWK = self.zeros(shape), self.zeros(shape)
         # the rows the last advance pushed out of the ring: positions [N], keys and values [L,H,N,K]
         self._undo = (np.zeros(0, np.int64), self.k_LHWK[:, :, :0], self.v_LHWK[:, :, :0])
 
@@ -212,11 +212,11 @@ class SlidingWindowKVCache(OneSequenceCache):
         held_after = kept_positions(start + n_new, self.window, self.n_sink)
         evicted_E = np.setdiff1d(self.positions(), held_after)  # old positions whose slots the new take
         out_E = self.slots(evicted_E)
-        k_LHNK = self.ops.cat(
-            [self.k_LHWK[:, :, out_E], self.ops.stack([k[:, dropped] for k, _ in plan.staged])], axis=2
+        k_LHNK = self.xp.concat(
+            [self.k_LHWK[:, :, out_E], self.xp.stack([k[:, dropped] for k, _ in plan.staged])], axis=2
         )
-        v_LHNK = self.ops.cat(
-            [self.v_LHWK[:, :, out_E], self.ops.stack([v[:, dropped] for _, v in plan.staged])], axis=2
+        v_LHNK = self.xp.concat(
+            [self.v_LHWK[:, :, out_E], self.xp.stack([v[:, dropped] for _, v in plan.staged])], axis=2
         )
         self._undo = (np.concatenate([evicted_E, new_N[dropped]]), k_LHNK, v_LHNK)
         for layer, (k_HTK, v_HTK) in enumerate(plan.staged):
