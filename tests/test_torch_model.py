@@ -575,6 +575,32 @@ def test_compiled_decode_with_torch_compile_on_cpu(model):
     assert caches[0].host_lengths == caches[1].host_lengths == caches[0].lengths.tolist() == [6, 9]
 
 
+def test_a_compiled_step_is_traced_once_per_bucket(model, monkeypatch):
+    """``compile_decode(mode="compile")`` traces its step once per key bucket: the fixed plan's
+    bookkeeping (the cache's epoch and lengths, which move at every step) is never traced, so no
+    step's guards fail on it (they did: every step compiled again, up to torch's limit of 8).
+    Traced with Dynamo's counting backend, which compiles nothing, so the test is quick."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend=counter, **kw))
+    torch._dynamo.reset()
+    caches = [model.new_cache(2, 12) for _ in range(2)]
+    for c in caches:
+        model.prefill_row(IDS[:3], c, 0)
+        model.prefill_row(IDS[:6], c, 1)
+    step = model.compile_decode(caches[0], mode="compile")
+    torch.testing.assert_close(step([4, 5]).clone(), model.decode_step([4, 5], caches[1]), atol=ATOL, rtol=0)
+    frames = counter.frame_count
+    assert frames > 0  # the step was traced
+    for t in (5, 6):
+        got = step([t, t + 1]).clone()
+        torch.testing.assert_close(got, model.decode_step([t, t + 1], caches[1]), atol=ATOL, rtol=0)
+    assert counter.frame_count == frames  # the same bucket: nothing traced again
+    torch._dynamo.reset()
+
+
 # ---------------------------------------------------------------- errors leave the cache unchanged
 
 

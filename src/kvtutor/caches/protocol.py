@@ -383,7 +383,8 @@ class KVCacheBase:
             )
         if plan.closed:
             raise ValueError("plan: expected an open plan, got one already committed by advance()")
-        if plan.epoch != self.epoch and not plan.fixed:
+        if not plan.fixed and plan.epoch != self.epoch:  # a fixed plan's epoch is never read: a
+            # compiled step would specialize on it and recompile at every step
             raise ValueError(
                 "plan: expected the cache's newest plan, got a stale one (a newer plan, a commit, a "
                 "truncate, a reset or an abort came after it: make a new plan)"

@@ -220,12 +220,15 @@ class TorchPreallocatedKVCache(TorchKVCache):
             else:
                 plan.mask = causal_mask(n_new, start + n_new, self.device)
 
+    @torch.compiler.disable
     def fixed_plan(self, n_keys: int) -> Plan:
         """One decode step of every row over the first ``n_keys`` slots, every shape fixed and the
         positions read on the device from the lengths (nothing the host must know, so that a CUDA
         graph can replay it). Each row writes at its own length and sees its own keys. Checked on
         the host: 1 <= n_keys <= capacity, and every row shorter than ``n_keys`` (its new token
-        must land inside the keys attended)."""
+        must land inside the keys attended). Host bookkeeping, never traced by ``torch.compile``:
+        a compiled step would guard on the cache's counters (its epoch, its lengths) and compile
+        again at every step."""
         n_keys = check_int("n_keys", n_keys, 1, self._capacity)
         self.check_fixed(n_keys)
         plan = Plan(self, 1, np.arange(self.batch_size), self.batch_size)
