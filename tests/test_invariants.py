@@ -353,6 +353,45 @@ def test_a_pool_serves_one_model_and_failures_give_back_what_they_took():
     PoolMachine.TestCase().runTest()
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("pool_cls", [PagedKVPool, PrefixCachingPool])
+@pytest.mark.parametrize("meanwhile", ["rewritten", "freed to a new sequence"])
+def test_an_aborted_copy_on_write_keeps_the_rows_it_protects(backend, pool_cls, meanwhile):
+    """B forks A, B's open plan copies their shared block, then A (its last other holder) writes
+    into the original after a truncate, or frees it to a new sequence that fills it: B's abort
+    must leave B reading its own committed rows (it put the changed original back: B read A's or
+    C's keys as its own, silently)."""
+    dtype = np.float32 if backend == "numpy" else torch.float32
+    pool = pool_cls(1, 1, 2, 8, 4, dtype=dtype)
+
+    def rows(x):
+        x = np.asarray(x, np.float32)
+        return x if backend == "numpy" else torch.from_numpy(x)[None]
+
+    def write(seq, k, commit=True):
+        plan = seq.plan(k.shape[1])
+        seq.update(0, rows(k), rows(k), plan)
+        if commit:
+            seq.advance(plan)
+
+    a = pool.new_sequence()
+    write(a, np.random.default_rng(0).standard_normal((1, 6, 2)))
+    b = a.fork()
+    before = as_np(b.keys(0)).copy()
+    write(b, np.zeros((1, 1, 2)), commit=False)  # the shared block 1 is copied for b
+    if meanwhile == "rewritten":
+        a.truncate(5)
+        write(a, np.full((1, 1, 2), 100.0))  # a alone holds block 1 now: written in place
+    else:
+        a.free()
+        write(pool.new_sequence(), np.full((1, 8, 2), 7.0))  # takes block 1 off the free list
+    b.abort()
+    assert len(b) == 6
+    np.testing.assert_array_equal(as_np(b.keys(0)), before)
+    write(b, np.ones((1, 1, 2)))  # and b goes on from its own rows
+    np.testing.assert_array_equal(as_np(b.keys(0))[..., :6, :], before)
+
+
 # ---------------------------------------------------------------- the cases the issue names
 
 

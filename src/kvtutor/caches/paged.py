@@ -252,6 +252,14 @@ class PagedKVPool(ArraysOf):
         self.k_LNHPK[:, dst] = self.k_LNHPK[:, src]
         self.v_LNHPK[:, dst] = self.v_LNHPK[:, src]
 
+    def same_rows(self, a: int, b: int, n_rows: int) -> bool:
+        """Do blocks ``a`` and ``b`` hold the same keys and values in their first ``n_rows``
+        positions, bit for bit, in every layer and head?"""
+        xp, rows = self.xp, slice(0, n_rows)
+        return all(
+            bool(xp.all(arr[:, a, :, rows] == arr[:, b, :, rows])) for arr in (self.k_LNHPK, self.v_LNHPK)
+        )
+
 
 class PagedKVCache(OneSequenceCache):
     """One sequence's view of a ``PagedKVPool``: a block table and a length.
@@ -386,7 +394,9 @@ class PagedKVCache(OneSequenceCache):
     def _abort(self, plan: Plan) -> None:
         """An abandoned plan's blocks go back: those it added to the table, and the private
         copies it made of shared blocks (copy-on-write), whose originals come back if another
-        sequence still holds them (else the copy, the same keys, stays)."""
+        sequence still holds them and they still hold this sequence's rows as the copy does (their
+        last other holder may have rewritten them since, after a truncate, or freed them to a new
+        sequence); else the copy, this sequence's keys, stays."""
         alloc, before = self.pool.allocator, plan.undo
         if before is None:
             return
@@ -394,9 +404,11 @@ class PagedKVCache(OneSequenceCache):
             if j >= len(before):
                 alloc.release(block)
             elif block != before[j] and alloc.refcount[before[j]] > 0:
-                alloc.retain(before[j])
-                alloc.release(block)
-                self.block_table[j] = before[j]
+                held = min(self.block_size, max(0, self.length - j * self.block_size))
+                if self.pool.same_rows(before[j], block, held):
+                    alloc.retain(before[j])
+                    alloc.release(block)
+                    self.block_table[j] = before[j]
         del self.block_table[len(before) :]
 
     def _truncate(self, length: int, row: int | None) -> None:
