@@ -170,3 +170,21 @@ def test_the_calculator_refuses_a_memory_beyond_floats_by_name():
         widgets.kv_calculator_data(memory_gib=10**400)  # was an OverflowError
     with pytest.raises(ValueError, match=r"^memory_gib: expected a finite number, got nan"):
         widgets.kv_calculator_data(memory_gib=float("nan"))
+
+
+def test_a_bool_among_token_ids_is_refused_on_both_backends():
+    """``np.asarray([True, 2])`` is ``[1, 2]``: a bool inside a list of token ids is refused by
+    name before it becomes token 1 (an all-bool array already was, by its dtype)."""
+    from kvtutor.serving.loop import serve
+
+    config = kvtutor.GPT2Config(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=32)
+    numpy_model = kvtutor.GPT2Model.random(config, seed=0)
+    torch_model = kvtutor.TorchGPT2Model.random(config, seed=0, device="cpu")
+    for call in (
+        lambda: numpy_model.generate([True, 2], 2),
+        lambda: serve(numpy_model, [(0, [3, False], 2)], 1),
+        lambda: torch_model.generate([[2, True]], 2),
+        lambda: torch_model.prefill([[np.bool_(True), 2]], torch_model.new_cache(1, 8)),
+    ):
+        with pytest.raises(TypeError, match="expected int token ids, got a bool"):
+            call()

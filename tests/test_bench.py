@@ -305,8 +305,12 @@ def test_errors():
     with pytest.raises(SystemExit) as info:
         bench.main(["--device", "tpu"])
     assert info.value.code == 2
-    with pytest.raises(SystemExit):
-        bench.main(["--size", "tiny", "--threads", "0"])
+    for argv in (["--threads", "0"], ["--threads", "100000000000"], ["--sections", ""], ["--sections", ","]):
+        with pytest.raises(SystemExit) as info:  # refused before anything is measured
+            bench.main(["--size", "tiny", *argv])
+        assert info.value.code == 2
+    with pytest.raises(ValueError, match="^sections: expected at least one name"):
+        bench.run("cpu", size="tiny", sections=[])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error when there is no GPU")

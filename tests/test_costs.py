@@ -296,3 +296,36 @@ def test_datasheet_ridges():
     h100, h200 = costs.DATASHEETS["H100 SXM"], costs.DATASHEETS["H200 SXM"]
     assert h100["bf16_flops"] / h100["bandwidth"] == pytest.approx(295, abs=1)
     assert h200["bf16_flops"] / h200["bandwidth"] == pytest.approx(206, abs=1)
+
+
+@pytest.mark.parametrize("bad", [None, True])
+def test_no_dtype_is_not_float64(bad):
+    """``np.dtype(None)`` is float64: a dtype of None (or a bool) is refused by name, not counted
+    at 8 bytes an element."""
+    from kvtutor.validate import dtype_info
+
+    with pytest.raises((ValueError, TypeError), match="^dtype: expected"):
+        costs.bytes_per_element(bad)
+    with pytest.raises(ValueError, match="^dtype: expected one of"):
+        dtype_info(bad)
+
+
+def test_a_step_model_checks_its_step_as_step_cost_does():
+    """``StepModel.step_s`` (the simulator's cached path) refuses what ``step_cost`` refuses:
+    a context of 0, -5, 1.5, True or "5", chunks that are not (n_new, start) pairs of ints; a
+    list pair reads as a tuple."""
+    from kvtutor.serving.disagg import StepModel
+
+    sm = StepModel(config=TOY_CONFIG, peak_flops=1e12, bandwidth=1e11, dtype="float32")
+    cases = ((0, ValueError), (-5, ValueError), (1.5, TypeError), (True, TypeError), ("5", TypeError))
+    for bad, exc in cases:
+        with pytest.raises(exc, match="^contexts: context: expected an int >= 1"):
+            sm.step_s((), (bad,))
+    for bad in (None, 5, "ab"):
+        with pytest.raises(TypeError, match="^contexts: expected a sequence"):
+            sm.step_s((), bad)
+    with pytest.raises(TypeError, match="^chunks: expected \\(n_new, start\\) pairs"):
+        sm.step_s(((5,),), ())
+    with pytest.raises(ValueError, match="^chunks: n_new: expected an int >= 1"):
+        sm.step_s(((0, 0),), ())
+    assert sm.step_s(([5, 0],), (3,)) == sm.step_s(((5, 0),), (3,)) > 0

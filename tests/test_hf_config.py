@@ -230,6 +230,16 @@ def test_multimodal_wrapper_reads_text_config():
             1,
         ),
         ({"sliding_window": 32, "layer_types": ["full_attention"] * 3}, None, 0),
+        (  # the switch off wins over layer_types, as transformers' Qwen2Config has it
+            {
+                "model_type": "qwen2",
+                "sliding_window": 32,
+                "use_sliding_window": False,
+                "layer_types": ["full_attention", "sliding_attention", "sliding_attention"],
+            },
+            None,
+            0,
+        ),  # fmt: skip
     ],
 )
 def test_sliding_window_rules(extra, window, n_sliding):

@@ -483,7 +483,10 @@ def test_paged_replay_is_simulate_trace_step_by_step(paged_export):
             )
             for i, c in enumerate(row):
                 assert c[1] == sum(i in b for b in held), (exported["id"], i)
-            assert sum(c[2] for c in row) == s["used"]
+            # each request's positions; a cached prefix's blocks hold positions of several
+            # requests, which the pool stores (and "used" counts) once
+            each = sum(c[2] for c in row)
+            assert each == s["used"] if not run["prefix_caching"] else each >= s["used"]
             assert sum(PAGED_STATES[c[0]] in ("admitted", "running", "finished") for c in row) == s["running"]
             preempted += len(s["preempted"])
             assert s["preemptions"] == preempted

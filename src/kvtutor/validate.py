@@ -24,12 +24,25 @@ def check_token_id(token_id: Any, vocab_size: int, name: str = "token_id") -> in
     return int(token_id)
 
 
+def check_no_bool_ids(ids: Any, name: str) -> None:
+    """A TypeError naming ``name`` if a list or tuple of token ids (nested too) holds a bool:
+    ``np.asarray([True, 2])`` is ``[1, 2]``, so the array's dtype no longer shows it."""
+    stack = [ids]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected int token ids, got a bool ({item!r})")
+
+
 def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> np.ndarray:
     """A 1-D sequence of token ids -> int64 array [T], T >= 1."""
     if isinstance(ids, (str, bytes)):
         raise TypeError(f"{name}: expected a sequence of int token ids, got {type(ids).__name__}")
     if hasattr(ids, "detach"):  # a torch tensor
         ids = ids.detach().cpu().numpy()
+    check_no_bool_ids(ids, name)
     try:
         arr = np.asarray(ids)
     except ValueError:  # nested rows of different lengths: NumPy's own message names no argument
@@ -160,7 +173,9 @@ _BY_NAME = {alias: d for d in DTYPES.values() for alias in (d.name, *d.aliases)}
 def dtype_info(dtype: Any, name: str = "dtype") -> DType:
     """A dtype name or alias (``"bf16"``, ``"float32"``, any case), a NumPy dtype or a torch dtype
     -> its ``DType``; anything else is a ValueError naming ``name`` and the known names."""
-    if isinstance(dtype, str):
+    if dtype is None or isinstance(dtype, bool):  # np.dtype(None) is float64: never a silent default
+        key = None
+    elif isinstance(dtype, str):
         key = dtype.lower()
     elif type(dtype).__module__ == "torch":  # torch.float32 and friends: "torch.float32"
         key = str(dtype).removeprefix("torch.")

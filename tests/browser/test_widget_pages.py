@@ -546,6 +546,18 @@ QWEN_MOE = {
 EDGE_CONFIGS = [
     ("no head_dim: hidden / heads", json.dumps(LLAMA)),
     (
+        "Qwen2's window switched off, with layer_types",
+        json.dumps(
+            {
+                **LLAMA,
+                "model_type": "qwen2",
+                "sliding_window": 32,
+                "use_sliding_window": False,
+                "layer_types": ["full_attention", "sliding_attention", "sliding_attention"],
+            }
+        ),  # fmt: skip
+    ),
+    (
         "head_dim not hidden / heads (Qwen3)",
         json.dumps(
             {**LLAMA, "model_type": "qwen3", "hidden_size": 2560, "head_dim": 128, "num_key_value_heads": 8}

@@ -298,6 +298,10 @@
     if (!rule || !nAttention) return [null, 0n];
     const size = r.eval(rule.size);
     const window = size === MISSING || !size ? null : size; // transformers writes 0 for "no window"
+    if (rule.on !== undefined) { // a switch the config turns off wins over its layer_types
+      const on = r.eval(rule.on);
+      if (on !== MISSING && !truth(on)) return [null, 0n];
+    }
     const layerTypes = rule.layer_types ? r.raw("layer_types") : undefined;
     if (layerTypes !== null && layerTypes !== undefined) {
       if (!Array.isArray(layerTypes) || BigInt(layerTypes.length) !== nLayers) {

@@ -269,6 +269,8 @@ def run(
     elif list(sections) == ["all"]:
         sections = RUN_SECTIONS
     sections = tuple(sections)
+    if not sections or sections == ("",):
+        raise ValueError(f"sections: expected at least one name from {list(RUN_SECTIONS)}, got none")
     for s in sections:
         if s not in SECTIONS:
             raise ValueError(f"sections: expected names from {list(RUN_SECTIONS)}, got {s!r}")
@@ -446,12 +448,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     threads = torch.get_num_threads()
     if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads: expected >= 1, got {args.threads}")
+        if not 1 <= args.threads <= 4096:
+            parser.error(f"--threads: expected 1 to 4096, got {args.threads}")
         torch.set_num_threads(args.threads)
     try:
         size = args.size or (bench_size(True, args.device or "cpu") if args.quick else None)
-        sections = args.sections.split(",") if args.sections else None
+        sections = None if args.sections is None else args.sections.split(",")  # '' is refused
         log = _log_line  # a line per section on stderr (beside the bar on a terminal)
         save = None if args.out is None else (lambda partial: write_result(args.out, partial))
         result = run(args.device, size, None, args.dtype, sections, log=log, checkpoint=save)

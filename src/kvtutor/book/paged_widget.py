@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..caches.paged import BlockAllocator
+from ..caches.paged import BlockAllocator, block_fill
 from ..caches.prefix import PrefixCachingAllocator, block_hashes
 from ..serving.paged_trace import (
     Request,
@@ -183,7 +183,8 @@ class _PagedReplay:
         result.tokens_generated += produced
         result.running.append(len(self.running))
         result.reserved.append(self.alloc.n_used * self.bs)
-        result.used.append(sum(live.length for live in self.running))
+        filled = block_fill(((live.blocks, live.length) for live in self.running), self.bs)
+        result.used.append(sum(filled.values()))  # a shared block's positions once
         pool: list[list[int]] = [[] for _ in range(self.alloc.n_blocks)]
         for live in self.running:
             for block in live.blocks:

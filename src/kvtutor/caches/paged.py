@@ -39,6 +39,7 @@ __all__ = [
     "PagedKVPool",
     "PagedKVCache",
     "BlockUsage",
+    "block_fill",
     "block_owners",
 ]
 
@@ -111,17 +112,25 @@ class BlockAllocator:
             )  # fmt: skip
 
 
+def block_fill(tables: Any, block_size: int) -> dict[int, int]:
+    """For the (block table, length) of each sequence of one pool: how many of each block's
+    positions hold data, the most any holder has written (a shared block counts once)."""
+    filled: dict[int, int] = {}
+    for table, length in tables:
+        for j, block in enumerate(table):
+            filled[block] = max(filled.get(block, 0), min(block_size, max(0, length - j * block_size)))
+    return filled
+
+
 def block_owners(seqs: Any) -> tuple[dict[int, int], dict[int, int]]:
     """For sequences of one pool: the index (in ``seqs``) of the first that holds each block, and
-    how many of each block's positions hold data (the most any holder has written)."""
-    owner: dict[int, int] = {}
-    filled: dict[int, int] = {}
+    how many of each block's positions hold data (``block_fill``)."""
+    seqs, owner = list(seqs), {}
     for i, seq in enumerate(seqs):
-        p = seq.block_size
-        for j, block in enumerate(seq.block_table):
+        for block in seq.block_table:
             owner.setdefault(block, i)
-            filled[block] = max(filled.get(block, 0), min(p, max(0, len(seq) - j * p)))
-    return owner, filled
+    size = seqs[0].block_size if seqs else 1
+    return owner, block_fill(((seq.block_table, len(seq)) for seq in seqs), size)
 
 
 @dataclass(frozen=True)

@@ -272,6 +272,10 @@ def _window(r: _Reader, n_layers: int, n_attention: int) -> tuple[Any, Any]:
         return None, 0
     size = r.eval(rule["size"])
     window = None if size is _MISSING or not size else size  # transformers writes 0 for "no window"
+    if "on" in rule:  # a switch the config turns off wins over its layer_types (Qwen2's
+        switch = r.eval(rule["on"])  # use_sliding_window: false; transformers then slides no layer)
+        if switch is not _MISSING and not switch:
+            return None, 0
     layer_types = r.cfg.get("layer_types") if rule.get("layer_types") else None
     if layer_types is not None:
         label, kinds = r.label("layer_types"), ("sliding_attention", "full_attention")

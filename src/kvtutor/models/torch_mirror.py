@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ..caches.protocol import Plan
 from ..caches.torch_kv import causal_mask, host_empty, ragged_causal_mask
-from ..validate import torch_compute_dtype, torch_device
+from ..validate import check_no_bool_ids, torch_compute_dtype, torch_device
 from .torch_weights import one_row_onednn, onednn_linear, out_in_view, packed_for
 
 __all__ = [
@@ -242,6 +242,7 @@ def token_ids(ids: Any, rank: int, vocab_size: int, name: str, device: torch.dev
     if isinstance(ids, (str, bytes)):
         raise TypeError(f"{name}: expected int token ids of shape {dims}, got {type(ids).__name__}")
     if not isinstance(ids, torch.Tensor):
+        check_no_bool_ids(ids, name)
         try:
             ids = np.asarray(ids)
         except ValueError as err:  # ragged nested lists

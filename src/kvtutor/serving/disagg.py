@@ -201,7 +201,9 @@ class StepModel:
 
     def step_s(self, chunks: Sequence[tuple[int, int]] = (), contexts: Sequence[int] = ()) -> float:
         """``costs.roofline_time(step_cost(chunks, contexts), peak_flops, bandwidth)``, from cached
-        FLOPs and bytes (the simulator calls it once a step). 0 for an empty step."""
+        FLOPs and bytes (the simulator calls it once a step). 0 for an empty step. Checked as
+        ``step_cost`` checks them: contexts ints >= 1, chunks (n_new >= 1, start >= 0) pairs."""
+        chunks, contexts = _step_args(chunks, contexts)
         weights, seq_flops, seq_bytes, key_flops, key_bytes = self._affine
         b, s = len(contexts), sum(contexts)
         flops, nbytes = b * seq_flops + s * key_flops, b * seq_bytes + s * key_bytes
@@ -217,6 +219,27 @@ class StepModel:
     def kv_bytes(self, n_tokens: int) -> int:
         """Bytes of a request's KV cache after n_tokens positions (what a prefill GPU sends)."""
         return costs.kv_cache_bytes(self.config, n_tokens, 1, self.dtype)
+
+
+def _count(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int >= {low}, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{name}: expected an int >= {low}, got {value}")
+    return int(value)
+
+
+def _step_args(chunks: Any, contexts: Any) -> tuple[list[tuple[int, int]], list[int]]:
+    """``StepModel.step_s``'s arguments checked: (n_new >= 1, start >= 0) pairs and ints >= 1."""
+    for name, value in (("chunks", chunks), ("contexts", contexts)):
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise TypeError(f"{name}: expected a sequence, got {type(value).__name__}")
+    checked = []
+    for chunk in chunks:
+        if isinstance(chunk, (str, bytes)) or not hasattr(chunk, "__len__") or len(chunk) != 2:
+            raise TypeError(f"chunks: expected (n_new, start) pairs, got {chunk!r}")
+        checked.append((_count(chunk[0], "chunks: n_new", 1), _count(chunk[1], "chunks: start", 0)))
+    return checked, [_count(c, "contexts: context", 1) for c in contexts]
 
 
 @dataclass(frozen=True)

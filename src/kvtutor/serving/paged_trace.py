@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..caches.paged import BlockAllocator, PagedKVPool
+from ..caches.paged import BlockAllocator, PagedKVPool, block_fill
 from ..caches.prefix import PrefixCachingAllocator, PrefixCachingPool, block_hashes
 from ..models.gpt2 import NumpyDecoder
 from ..validate import check_choice, check_int, check_real, check_seed, check_token_ids, greedy
@@ -421,19 +421,18 @@ class _Replay:
         self.result.used.append(used)
 
     def memory(self) -> tuple[int, int]:
-        """Token positions reserved and used now: counted, or read off the pool and the caches."""
+        """Token positions reserved and used now: counted, or read off the pool and the caches. A
+        block that several requests share (a cached prefix) counts its positions once."""
         if self.model is None:
-            reserved = (
-                self.reserved_slots
-                if self.scheme == "contiguous"
-                else self.allocator.n_used * self.block_size
-            )
-            return reserved, sum(live.length for live in self.running)
+            if self.scheme == "contiguous":
+                return self.reserved_slots, sum(live.length for live in self.running)
+            filled = block_fill(((live.blocks, live.length) for live in self.running), self.block_size)
+            return self.allocator.n_used * self.block_size, sum(filled.values())
         token_bytes = _token_bytes(self.model)
         if self.pool is not None:
-            reserved = self.pool.usage().bytes_reserved // token_bytes
-        else:
-            reserved = sum(live.cache.nbytes for live in self.running) // token_bytes
+            usage = self.pool.usage()
+            return usage.bytes_reserved // token_bytes, usage.tokens_stored
+        reserved = sum(live.cache.nbytes for live in self.running) // token_bytes
         return reserved, sum(len(live.cache) for live in self.running)
 
     def leave(self) -> None:
