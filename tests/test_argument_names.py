@@ -186,5 +186,5 @@ def test_a_bool_among_token_ids_is_refused_on_both_backends():
         lambda: torch_model.generate([[2, True]], 2),
         lambda: torch_model.prefill([[np.bool_(True), 2]], torch_model.new_cache(1, 8)),
     ):
-        with pytest.raises(TypeError, match="expected int token ids, got a bool"):
+        with pytest.raises(TypeError, match="expected int token ids, got dtype bool"):
             call()

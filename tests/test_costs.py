@@ -319,7 +319,7 @@ def test_a_step_model_checks_its_step_as_step_cost_does():
     sm = StepModel(config=TOY_CONFIG, peak_flops=1e12, bandwidth=1e11, dtype="float32")
     cases = ((0, ValueError), (-5, ValueError), (1.5, TypeError), (True, TypeError), ("5", TypeError))
     for bad, exc in cases:
-        with pytest.raises(exc, match="^contexts: context: expected an int >= 1"):
+        with pytest.raises(exc, match="^contexts: context: expected an int"):
             sm.step_s((), (bad,))
     for bad in (None, 5, "ab"):
         with pytest.raises(TypeError, match="^contexts: expected a sequence"):

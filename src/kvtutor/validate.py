@@ -33,7 +33,7 @@ def check_no_bool_ids(ids: Any, name: str) -> None:
         if isinstance(item, (list, tuple)):
             stack.extend(item)
         elif isinstance(item, (bool, np.bool_)):
-            raise TypeError(f"{name}: expected int token ids, got a bool ({item!r})")
+            raise TypeError(f"{name}: expected int token ids, got dtype bool (an entry {item!r})")
 
 
 def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> np.ndarray:
@@ -63,6 +63,21 @@ def check_token_ids(ids: Any, vocab_size: int, name: str = "ids") -> np.ndarray:
             f"{name}: expected token ids in [0, {vocab_size}), got {int(arr[first])} at index {first}"
         )
     return arr.astype(np.int64)
+
+
+def check_step(chunks: Any, contexts: Any) -> tuple[list[tuple[int, int]], list[int]]:
+    """One serving step's prompt chunks and decode contexts, as ``serving.disagg.StepModel.step_s``
+    takes them: (n_new >= 1, start >= 0) pairs, and context lengths >= 1; each a TypeError or
+    ValueError naming it."""
+    for name, value in (("chunks", chunks), ("contexts", contexts)):
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise TypeError(f"{name}: expected a sequence, got {type(value).__name__}")
+    pairs = [c if not isinstance(c, (str, bytes)) and hasattr(c, "__len__") and len(c) == 2 else None
+             for c in chunks]  # fmt: skip
+    if None in pairs:
+        raise TypeError(f"chunks: expected (n_new, start) pairs, got {list(chunks)[pairs.index(None)]!r}")
+    checked = [(check_int("chunks: n_new", n, 1), check_int("chunks: start", at, 0)) for n, at in pairs]
+    return checked, [check_int("contexts: context", c, 1) for c in contexts]
 
 
 def positions_needed(prompt_len: int, max_new_tokens: int) -> int:

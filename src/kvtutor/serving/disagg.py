@@ -46,7 +46,7 @@ import numpy as np
 
 from ..measure import costs
 from ..models.config import GPT2Config
-from ..validate import check_int, check_seed
+from ..validate import check_int, check_seed, check_step
 
 __all__ = [
     "LLAMA_7B_LIKE", "DEPLOYMENTS", "METRICS", "DEFAULT_RATES", "SERVING_MECHANISMS", "MECHANISMS_CHECKED",
@@ -157,8 +157,7 @@ class StepModel:
     A step runs prefill chunks, each ``(n_new, n_past)`` (a whole prompt is ``(prompt_len, 0)``; one
     logit row each, ``all_logits=False``), and one decode token for each sequence at the given
     contexts (keys attended, its new one included). The weights are read once per step, however
-    many requests share it. The defaults are LLAMA_7B_LIKE in bf16 on the H100 SXM datasheet.
-    """
+    many requests share it. The defaults are LLAMA_7B_LIKE in bf16 on the H100 SXM datasheet."""
 
     config: GPT2Config = LLAMA_7B_LIKE
     peak_flops: float = _H100["bf16_flops"]
@@ -201,9 +200,8 @@ class StepModel:
 
     def step_s(self, chunks: Sequence[tuple[int, int]] = (), contexts: Sequence[int] = ()) -> float:
         """``costs.roofline_time(step_cost(chunks, contexts), peak_flops, bandwidth)``, from cached
-        FLOPs and bytes (the simulator calls it once a step). 0 for an empty step. Checked as
-        ``step_cost`` checks them: contexts ints >= 1, chunks (n_new >= 1, start >= 0) pairs."""
-        chunks, contexts = _step_args(chunks, contexts)
+        FLOPs and bytes (the simulator calls it once a step). 0 for an empty step (checked)."""
+        chunks, contexts = check_step(chunks, contexts)
         weights, seq_flops, seq_bytes, key_flops, key_bytes = self._affine
         b, s = len(contexts), sum(contexts)
         flops, nbytes = b * seq_flops + s * key_flops, b * seq_bytes + s * key_bytes
@@ -219,27 +217,6 @@ class StepModel:
     def kv_bytes(self, n_tokens: int) -> int:
         """Bytes of a request's KV cache after n_tokens positions (what a prefill GPU sends)."""
         return costs.kv_cache_bytes(self.config, n_tokens, 1, self.dtype)
-
-
-def _count(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int >= {low}, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name}: expected an int >= {low}, got {value}")
-    return int(value)
-
-
-def _step_args(chunks: Any, contexts: Any) -> tuple[list[tuple[int, int]], list[int]]:
-    """``StepModel.step_s``'s arguments checked: (n_new >= 1, start >= 0) pairs and ints >= 1."""
-    for name, value in (("chunks", chunks), ("contexts", contexts)):
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            raise TypeError(f"{name}: expected a sequence, got {type(value).__name__}")
-    checked = []
-    for chunk in chunks:
-        if isinstance(chunk, (str, bytes)) or not hasattr(chunk, "__len__") or len(chunk) != 2:
-            raise TypeError(f"chunks: expected (n_new, start) pairs, got {chunk!r}")
-        checked.append((_count(chunk[0], "chunks: n_new", 1), _count(chunk[1], "chunks: start", 0)))
-    return checked, [_count(c, "contexts: context", 1) for c in contexts]
 
 
 @dataclass(frozen=True)
