@@ -26,6 +26,7 @@ __all__ = [
     "QMAX",
     "quantize_int8",
     "dequantize_int8",
+    "broadcast_copy",
     "is_torch_dtype",
     "itemsize",
     "namespace",
@@ -43,7 +44,7 @@ def quantize_int8(x: Any, axis: int, scale_dtype: Any = None) -> tuple[Any, Any]
     a slice of zeros gets scale 0 and q 0. ``dequantize_int8(q, scale)`` is within scale / 2 of
     x. The arithmetic runs in float64 (float32 on Apple's MPS, which has no float64)."""
     x = x if hasattr(x, "shape") else np.asarray(x)
-    xp = array_namespace_of(x)
+    xp = array_api_compat.array_namespace(x)
     wide = xp.float32 if str(array_api_compat.device(x)).startswith("mps") else xp.float64
     x64 = xp.astype(x, wide)
     scale_dtype = xp.float32 if scale_dtype is None else scale_dtype
@@ -56,14 +57,14 @@ def quantize_int8(x: Any, axis: int, scale_dtype: Any = None) -> tuple[Any, Any]
 
 def dequantize_int8(q: Any, scale: Any, dtype: Any = np.float32) -> Any:
     """int8 q, a scale that broadcasts against it -> q * scale, in ``dtype``."""
-    xp = array_namespace_of(q, scale)
+    xp = array_api_compat.array_namespace(q, scale)
     return xp.astype(xp.astype(q, scale.dtype) * scale, dtype, copy=False)
 
 
-def array_namespace_of(*arrays: Any) -> ModuleType:
-    """The array API namespace of ``arrays`` (``array_api_compat.array_namespace``); a list or a
-    number counts as NumPy."""
-    return array_api_compat.array_namespace(*(a if hasattr(a, "shape") else np.asarray(a) for a in arrays))
+def broadcast_copy(x: Any, shape: tuple[int, ...]) -> Any:
+    """A new array (writable, its own memory) of ``x`` broadcast to ``shape``."""
+    xp = array_api_compat.array_namespace(x)
+    return xp.asarray(xp.broadcast_to(x, shape), copy=True)
 
 
 def is_torch_dtype(dtype: Any) -> bool:

@@ -283,7 +283,7 @@ class PagedKVCache(OneSequenceCache):
         self.pool = pool
         self.n_layers, self.n_kv_heads, self.d_head = pool.n_layers, pool.n_kv_heads, pool.d_head
         self._capacity = capacity
-        self._init_arrays(pool.dtype, pool.device if pool.backend == "torch" else None)  # the pool's
+        self._init_arrays(pool.dtype, pool.device)  # the pool's
         self.batched = self.backend == "torch"
         self._init_lengths()
         self.block_table: list[int] = []

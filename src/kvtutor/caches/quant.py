@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..validate import check_int, check_max_new_tokens, check_prompts, check_seed, greedy
-from .backend import QMAX, dequantize_int8, itemsize, quantize_int8
+from .backend import QMAX, broadcast_copy, dequantize_int8, itemsize, quantize_int8
 from .kv import OneSequenceCache, check_numpy_model, model_cache_shape
 from .protocol import Plan
 
@@ -162,16 +162,15 @@ class QuantizedKVCache(OneSequenceCache):
         quantized with, so |keys(layer) - the rows written| <= bound elementwise; 0 for keys still
         held in float."""
         layer = self.check_layer(layer)
-        n, xp = self.length, self.xp
+        n = self.length
         shape = (self.n_kv_heads, n, self.d_head)
-        v_HSK = xp.asarray(xp.broadcast_to(self.v_scale_LHM[layer, :, :n, None] / 2, shape), copy=True)
+        v_HSK = broadcast_copy(self.v_scale_LHM[layer, :, :n, None] / 2, shape)
         if self.key_mode == "per_token":
-            k_HSK = xp.broadcast_to(self.k_scale_LHM[layer, :, :n, None] / 2, shape)
-            return xp.asarray(k_HSK, copy=True), v_HSK
+            return broadcast_copy(self.k_scale_LHM[layer, :, :n, None] / 2, shape), v_HSK
         n_q, g = self.n_quantized_keys(n), self.group_size
         k_HSK = self.zeros(shape, self.scale_dtype)
         group_HNK = self.k_scale_LHNK[layer, :, : n_q // g] / 2 + self.k_carry_LHNK[layer, :, : n_q // g]
-        k_HSK[:, :n_q] = xp.repeat(group_HNK, g, axis=1)
+        k_HSK[:, :n_q] = self.xp.repeat(group_HNK, g, axis=1)
         k_HSK[:, n_q:] = self._k_carry[layer]
         return k_HSK, v_HSK
 
@@ -220,14 +219,14 @@ class QuantizedKVCache(OneSequenceCache):
         if self.key_mode == "per_channel" and first < self.n_quantized_keys(self.length):
             # the cut falls in a quantized group: its rows before the cut go back to float, each
             # carrying the group's rounding (and what the group carried in)
-            g, xp = self.group_size, self.xp
+            g = self.group_size
             k_float, k_carry = list(self._k_float), list(self._k_carry)
             for layer in range(self.n_layers):
                 q_HSK = self.k_q_LHMK[layer, :, first:length]
                 scale_H1K = self.k_scale_LHNK[layer, :, first // g, None, :]
                 k_float[layer] = dequantize_int8(q_HSK, scale_H1K, self.dtype)
                 carry_H1K = scale_H1K / 2 + self.k_carry_LHNK[layer, :, first // g, None, :]
-                k_carry[layer] = xp.asarray(xp.broadcast_to(carry_H1K, tuple(q_HSK.shape)), copy=True)
+                k_carry[layer] = broadcast_copy(carry_H1K, tuple(q_HSK.shape))
             self._k_float, self._k_carry = k_float, k_carry
         else:
             self._k_float = [rows[:, : length - first] for rows in self._k_float]
